@@ -1,0 +1,32 @@
+// CacheCounters: a snapshot of a CacheManager's slot states and running totals, for metrics
+// and tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvtier {
+
+struct CacheCounters {
+  // Slots by state; the four sum to the pool's slot count (F12).
+  size_t slots_free = 0;
+  size_t slots_pending = 0;
+  size_t slots_ready = 0;
+  size_t slots_quarantined = 0;
+  size_t slots_pinned = 0;         // ready slots with at least one pin (a subset of slots_ready)
+  uint64_t quarantined_bytes = 0;  // slots_quarantined * slot bytes: retained forever (F7)
+
+  // Totals since construction.
+  uint64_t hits = 0;                // keys reported as hits by lookup
+  uint64_t misses = 0;              // lookups that stopped at an absent key
+  uint64_t pending_lookups = 0;     // lookups that stopped at a pending key
+  uint64_t evictions = 0;           // keys evicted by prepare_store to make room
+  uint64_t stores_succeeded = 0;    // keys published by complete_store(kSucceeded)
+  uint64_t stores_failed = 0;       // keys freed by complete_store(kFailed)
+  uint64_t stores_rejected = 0;     // prepare_store calls that could not make room
+  uint64_t stores_quarantined = 0;  // keys whose store was Unprovable
+  uint64_t loads = 0;               // keys pinned by prepare_load
+  uint64_t loads_quarantined = 0;   // keys whose load was Unprovable
+};
+
+}  // namespace kvtier

@@ -1,0 +1,154 @@
+// CacheManager: the state machine over the slots of one host pool, keyed by ChunkKey.
+//
+// Slot states (every slot is in exactly one, F12):
+//   free         no key; may be handed out by prepare_store.
+//   pending      a store is writing its key's bytes; the key is never a hit and never evicted.
+//   ready        the key is readable; pinned (pin count > 0) while loads read it, and only an
+//                unpinned ready key can be evicted or reset.
+//   quarantined  a transfer touching the slot was Unprovable (F7): retained for the life of the
+//                manager, never evicted, reset or handed out again.
+//
+// Transitions:
+//   prepare_store       free -> pending (evicting unpinned ready keys to make room)
+//   complete_store      pending -> ready (kSucceeded) or pending -> free (kFailed, F3)
+//   quarantine_store    pending -> quarantined; the key is gone and never readable
+//   prepare_load        ready -> ready, pin count + 1
+//   complete_load       ready -> ready, pin count - 1
+//   quarantine_load     ready -> quarantined, taking over the load's pin; the key stays
+//                       readable (a load only reads its source) but the slot is never released
+//   eviction, reset     ready (unpinned) -> free
+//
+// Keys identify stores and loads: a caller passes the keys of its own plan. Repeating
+// complete_store is harmless (idempotent) as long as no new store of the same keys was prepared
+// in between.
+//
+// Thread-safety: none. One thread owns the manager (the scheduler); calls must be serialized.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/cache/cache_counters.h"
+#include "kvtier/cache/cache_event.h"
+#include "kvtier/cache/eviction_policy.h"
+#include "kvtier/cache/slot_id.h"
+#include "kvtier/core/chunk_key.h"
+#include "kvtier/core/status.h"
+
+namespace kvtier {
+
+enum class LookupState { kMiss, kPending, kHit };
+enum class Verdict { kSucceeded, kFailed };
+
+struct LookupResult {
+  size_t hit_chunks = 0;  // leading keys that are ready
+  bool pending = false;   // the first key that is not a hit is pending: ask again later
+};
+
+// The slots one store may write. keys[i] is written to slots[i]; only keys that were absent are
+// listed (keys already pending or ready need no write). `evicted` left the cache to make room.
+struct StorePlan {
+  std::vector<ChunkKey> keys;
+  std::vector<SlotId> slots;
+  std::vector<ChunkKey> evicted;
+};
+
+class CacheManager {
+ public:
+  // Throws std::invalid_argument when num_slots or slot_bytes is 0, num_slots does not fit a
+  // SlotId, or policy is null.
+  CacheManager(size_t num_slots, size_t slot_bytes, std::unique_ptr<EvictionPolicy> policy);
+  ~CacheManager();
+
+  CacheManager(const CacheManager&) = delete;
+  CacheManager& operator=(const CacheManager&) = delete;
+
+  size_t num_slots() const { return num_slots_; }
+  size_t slot_bytes() const { return slot_bytes_; }
+
+  LookupState state(const ChunkKey& key) const;
+
+  // Counts the leading ready keys. A pending key is never a hit. Does not change recency; the
+  // caller touches the keys it uses.
+  LookupResult lookup(std::span<const ChunkKey> keys);
+
+  // Gives each absent key a slot and makes it pending, evicting ready keys that are unpinned and
+  // not among `keys`. All-or-nothing: when that cannot make room for every absent key, returns
+  // nullopt and changes nothing.
+  std::optional<StorePlan> prepare_store(std::span<const ChunkKey> keys);
+
+  // Ends a store. kSucceeded: its pending keys become ready and one kStored event lists them.
+  // kFailed (F3): its pending keys are removed and their slots freed, no event; keys that are
+  // already ready are untouched. Keys not pending are ignored, so a repeat is a no-op.
+  void complete_store(std::span<const ChunkKey> keys, Verdict verdict);
+
+  // Pins every key (a key listed twice is pinned twice). Every key must be ready; otherwise
+  // returns kNotFound naming the first key that is not, and pins nothing.
+  Result<std::vector<SlotId>> prepare_load(std::span<const ChunkKey> keys);
+
+  // Unpins every key once per occurrence. A key that is not pinned that often is a programming
+  // error (a doubled completion would let DMA race a reused slot): throws std::logic_error and
+  // unpins nothing.
+  void complete_load(std::span<const ChunkKey> keys);
+
+  // Marks the keys used: touched in reverse order so that the first (prefix) key ends most
+  // recently used. Keys that are not ready are ignored.
+  void touch(std::span<const ChunkKey> keys);
+
+  // Drops every ready key that is unpinned and not quarantined (one kRemoved event lists them).
+  // Pending, pinned and quarantined slots stay. Returns the number dropped.
+  size_t reset();
+
+  // F7, an Unprovable store: each pending key is removed (never readable, no event) and its slot
+  // is quarantined. Keys not pending are ignored.
+  void quarantine_store(std::span<const ChunkKey> keys);
+
+  // F7, an Unprovable load (call this instead of complete_load): each ready key's slot is
+  // quarantined and takes over one pin of the load, so the lease is never released: the slot is
+  // never evicted, reset or reused. The key stays readable, since a load only reads its source.
+  // Keys not ready are ignored.
+  void quarantine_load(std::span<const ChunkKey> keys);
+
+  CacheCounters counters() const;
+
+  // F12: checks that every slot is exactly one of free / pending / ready / quarantined, that the
+  // key index, the eviction policy and the counters agree, and that only ready keys are pinned.
+  // Returns kInternal describing the first violation found.
+  Status audit() const;
+
+  // Events since the last call, oldest first.
+  std::vector<CacheEvent> take_events();
+
+ private:
+  friend class CacheManagerTestPeer;  // tests corrupt internals to prove audit() sees it
+
+  enum class KeyState { kPending, kReady };
+  struct Entry {
+    SlotId slot = 0;
+    KeyState state = KeyState::kPending;
+    uint32_t pins = 0;
+    bool quarantined = false;  // ready key whose load was Unprovable (F7)
+  };
+
+  bool evictable(const ChunkKey& key) const;
+  void drop_ready(const ChunkKey& key);
+
+  const size_t num_slots_;
+  const size_t slot_bytes_;
+  std::unique_ptr<EvictionPolicy> policy_;
+  std::unordered_map<ChunkKey, Entry, ChunkKeyHash> index_;
+  std::vector<SlotId> free_slots_;         // handed out from the back
+  std::vector<SlotId> quarantined_slots_;  // by quarantine_store: no key
+  size_t num_pending_ = 0;
+  size_t num_pinned_ = 0;             // ready, not quarantined, pins > 0
+  size_t num_quarantined_ready_ = 0;  // by quarantine_load: key still indexed
+  CacheCounters stats_;               // event counts; slot counts are computed
+  std::vector<CacheEvent> events_;
+};
+
+}  // namespace kvtier

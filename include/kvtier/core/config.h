@@ -1,0 +1,111 @@
+// Config: kvtier's configuration, read from a YAML file, the environment and command-line
+// overrides, every field validated.
+//
+// Sources, lowest precedence first:
+//   1. defaults     the member initializers below (`Config{}` is the default configuration)
+//   2. YAML file    `section:` mappings of `field: value`
+//   3. environment  KVTIER_<SECTION>_<FIELD>, e.g. KVTIER_TRANSFER_TRANSFER_DEADLINE_S=20
+//   4. overrides    "section.field=value" (the CLI's --set), applied in order
+// A value is checked when it is read, so a bad value is an error even if a later source
+// overrides it. Unknown sections, fields and KVTIER_* variables are errors (they are typos).
+//
+// Every field is declared once, in the field table in config.cpp: its name, its doc, the values
+// it accepts and its rule; its default is its member initializer here. That table drives
+// parsing, overrides, validate(), to_yaml() and describe(); docs/config.md lists it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/core/kv_layout.h"
+#include "kvtier/core/status.h"
+
+namespace kvtier {
+
+struct TransferConfig {
+  double transfer_deadline_s = 30.0;  // F8
+  double completion_margin_s = 10.0;  // F8
+  uint32_t max_batch_descriptors = 8192;
+  bool coalesce = true;
+  uint32_t query_fault_limit = 3;  // F7
+
+  bool operator==(const TransferConfig&) const = default;
+};
+
+struct CacheConfig {
+  uint64_t host_bytes = uint64_t{1} << 30;
+  std::string eviction = "lru";  // a name make_eviction_policy() accepts: "lru" | "arc"
+  std::string shm_name;          // empty: anonymous memory
+
+  bool operator==(const CacheConfig&) const = default;
+};
+
+// The single KV-cache group the foundation uses.
+struct LayoutConfig {
+  DeviceLayout device_layout = DeviceLayout::kPerLayer;
+  uint32_t layers = 4;
+  uint32_t kv_heads = 2;
+  uint32_t head_dim = 64;
+  uint32_t dtype_bytes = 2;
+  uint32_t block_size = 16;
+  uint32_t blocks_per_chunk = 16;
+
+  bool operator==(const LayoutConfig&) const = default;
+};
+
+struct Config {
+  TransferConfig transfer;
+  CacheConfig cache;
+  LayoutConfig layout;
+
+  // Every field within its rule and the layout valid; for configurations built in code (a
+  // loaded one has passed already). The message names the field.
+  Status validate() const;
+  // The layout section as a one-group KvLayout.
+  KvLayout kv_layout() const;
+
+  bool operator==(const Config&) const = default;
+};
+
+struct ConfigSources {
+  std::optional<std::filesystem::path> yaml_path;
+  // Only KVTIER_* names are read, and each must name a field; others are ignored, so the
+  // whole environment may be passed.
+  std::map<std::string, std::string> env;
+  // "section.field=value", applied in order: the last one for a field wins.
+  std::vector<std::string> overrides;
+};
+
+// This process's KVTIER_* environment variables, for ConfigSources::env.
+std::map<std::string, std::string> kvtier_environment();
+
+// Defaults, then each source in order of precedence. Every error is kInvalidArgument and its
+// message names the field (or the unknown name) and the source: "path:line", the environment
+// variable, or "--set".
+Result<Config> load_config(const ConfigSources& sources);
+
+// Defaults overlaid with one YAML document; errors are located as "<yaml>:line".
+Result<Config> parse_config_yaml(std::string_view text);
+
+// A YAML document of every field, each after its doc as a comment, that parse_config_yaml()
+// reads back as `config`. to_yaml(Config{}) is the example file config/kvtier.yaml.
+std::string to_yaml(const Config& config);
+
+// One field, as --help and docs/config.md show it.
+struct ConfigFieldInfo {
+  std::string key;            // "section.field", as in --set
+  std::string env_var;        // KVTIER_SECTION_FIELD
+  std::string values;         // what it accepts, e.g. "integer in [1, 1048576]"
+  std::string default_value;  // as text that the field accepts
+  std::string doc;
+};
+
+// Every field, in table order (sections in order, fields in order within each).
+std::vector<ConfigFieldInfo> describe();
+
+}  // namespace kvtier

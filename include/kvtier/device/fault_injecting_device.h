@@ -1,0 +1,98 @@
+// FaultInjectingDevice: a decorator that drives the real transfer engine, unmodified, through
+// every fault a device can raise (the Mooncake TENT pattern). It forwards to an inner Device and,
+// per copy_batch call, applies the FaultRule its FaultPlan draws:
+//   - submit failure at descriptor k after descriptors [0, k) were enqueued;
+//   - an error latched on the stream that surfaces at query/synchronize (once, or forever);
+//   - failure to record the next event (the end marker) on the stream;
+//   - copies that hang until release_hangs(), or are delayed;
+//   - a non-device error (std::logic_error) for F2.
+// Thread-safe. The destructor releases hung copies so the inner device can drain.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/device/device.h"
+#include "kvtier/device/fault_plan.h"
+#include "kvtier/device/gate.h"
+
+namespace kvtier {
+
+struct InjectedFaultCounts {
+  uint64_t copy_calls = 0;
+  uint64_t submit_failures = 0;
+  uint64_t latched_errors = 0;
+  uint64_t query_faults = 0;  // queries/synchronizes that raised because of a latch
+  uint64_t record_failures = 0;
+  uint64_t hangs = 0;
+  uint64_t delays = 0;
+  uint64_t non_device_errors = 0;
+};
+
+class FaultInjectingDevice final : public Device {
+ public:
+  FaultInjectingDevice(Device& inner, FaultPlan plan);
+  ~FaultInjectingDevice() override;
+
+  void set_plan(FaultPlan plan);
+  // Opens every gate that hung copies wait on.
+  void release_hangs();
+  InjectedFaultCounts counts() const;
+  // The stream each copy_batch call was made on, in call order.
+  std::vector<StreamHandle> call_streams() const;
+  // Streams that saw an injected fault (submit failure, latched error, record failure).
+  std::vector<StreamHandle> faulted_streams() const;
+
+  std::string name() const override { return "fault(" + inner_.name() + ")"; }
+  size_t max_descriptors_per_call() const override { return inner_.max_descriptors_per_call(); }
+  DeviceAddress allocate(size_t bytes) override { return inner_.allocate(bytes); }
+  void free(DeviceAddress addr) override { inner_.free(addr); }
+  DeviceAddress register_host(void* ptr, size_t bytes) override {
+    return inner_.register_host(ptr, bytes);
+  }
+  void unregister_host(void* ptr) override { inner_.unregister_host(ptr); }
+  StreamHandle create_stream() override { return inner_.create_stream(); }
+  void destroy_stream(StreamHandle stream) override;
+  EventHandle create_event() override { return inner_.create_event(); }
+  void destroy_event(EventHandle event) override;
+  void record(EventHandle event, StreamHandle stream) override;
+  bool query(EventHandle event) override;
+  void synchronize(EventHandle event) override;
+  double elapsed_ms(EventHandle start, EventHandle end) override {
+    return inner_.elapsed_ms(start, end);
+  }
+  void wait_event(StreamHandle stream, EventHandle event) override {
+    inner_.wait_event(stream, event);
+  }
+  void copy_batch(StreamHandle stream, CopyKind kind,
+                  std::span<const CopyDescriptor> descriptors) override;
+  void launch_host_func(StreamHandle stream, std::function<void()> fn) override {
+    inner_.launch_host_func(stream, std::move(fn));
+  }
+
+ private:
+  struct Latch {
+    uint32_t remaining;  // FaultRule::kForever never runs out
+  };
+  struct StreamFaults {
+    std::shared_ptr<Latch> latch;
+    bool record_fails = false;
+  };
+
+  void raise_if_latched(EventHandle event);  // requires mu_ not held
+
+  Device& inner_;
+  mutable std::mutex mu_;
+  FaultPlan plan_;
+  uint64_t next_call_ = 0;
+  InjectedFaultCounts counts_;
+  std::unordered_map<uint32_t, StreamFaults> stream_faults_;
+  std::unordered_map<uint32_t, std::shared_ptr<Latch>> event_latches_;
+  std::vector<std::shared_ptr<Gate>> hang_gates_;
+  std::vector<StreamHandle> call_streams_;
+  std::vector<StreamHandle> faulted_streams_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,63 @@
+// FaultPlan: which faults FaultInjectingDevice injects, decided per copy_batch call. A plan is
+// either explicit rules keyed by call index, or seeded random draws; both are deterministic for
+// a given sequence of calls.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "kvtier/core/clock.h"
+
+namespace kvtier {
+
+// Faults attached to one copy_batch call (0-based, counted across all streams).
+struct FaultRule {
+  uint64_t call = 0;
+  // Submit failure: descriptors [0, fail_at) are enqueued, then DeviceFault(index = fail_at).
+  std::optional<size_t> fail_at;
+  // The enqueued copies wait until FaultInjectingDevice::release_hangs() (copies that hang).
+  bool hang = false;
+  // The enqueued copies start this much later (copies that are delayed).
+  Duration delay{0};
+  // Error latched on the stream after this call: the next `latched_errors` queries or
+  // synchronizes of events recorded on that stream afterwards raise DeviceFault.
+  // kForever: the device keeps erroring (=> Unprovable).
+  uint32_t latched_errors = 0;
+  // The next record() on this call's stream raises DeviceFault (end marker cannot be recorded).
+  bool record_fails = false;
+  // Raise std::logic_error instead of enqueueing anything: not a device fault (F2).
+  bool non_device_error = false;
+
+  static constexpr uint32_t kForever = std::numeric_limits<uint32_t>::max();
+};
+
+// Per-call probabilities for random plans. Each kind is drawn independently.
+struct RandomFaultRates {
+  double submit_failure = 0;
+  double latched_error = 0;
+  double latched_forever = 0;  // of the latched errors, the share that never clears
+  double record_failure = 0;
+  double delay = 0;
+  Duration max_delay = std::chrono::microseconds(200);
+  double hang = 0;
+};
+
+class FaultPlan {
+ public:
+  FaultPlan() = default;  // no faults
+  static FaultPlan rules(std::vector<FaultRule> rules);
+  static FaultPlan random(uint64_t seed, RandomFaultRates rates);
+
+  // The faults for copy call `call` carrying `descriptors` descriptors.
+  FaultRule draw(uint64_t call, size_t descriptors);
+
+ private:
+  std::vector<FaultRule> rules_;
+  std::optional<RandomFaultRates> rates_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace kvtier

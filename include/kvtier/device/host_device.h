@@ -1,0 +1,89 @@
+// HostDevice: a software model of an accelerator, so every contract rule is testable on a
+// machine without a GPU.
+//
+// - "Device memory" is page-aligned host memory; addresses are process pointers.
+// - Each stream is a thread executing its queue in order; copies really move bytes, reading
+//   the caller's descriptor array when they execute (as a DMA engine does), so a descriptor
+//   buffer reused too early produces wrong bytes that a test sees.
+// - Events, wait_event and host functions follow CUDA semantics (see device.h).
+// - copy_batch validates every descriptor first: a source or destination outside device memory
+//   / registered host memory (as the CopyKind requires) is std::invalid_argument (F2: not a
+//   device fault). HostDevice itself never faults; wrap it in FaultInjectingDevice for that.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/core/clock.h"
+#include "kvtier/device/device.h"
+
+namespace kvtier {
+
+class HostDevice final : public Device {
+ public:
+  explicit HostDevice(size_t max_descriptors_per_call = 8192);
+  // Waits for every stream's queued work. Open any Gate that work waits on first.
+  ~HostDevice() override;
+
+  std::string name() const override { return "host"; }
+  size_t max_descriptors_per_call() const override { return max_descriptors_per_call_; }
+
+  DeviceAddress allocate(size_t bytes) override;
+  void free(DeviceAddress addr) override;
+  DeviceAddress register_host(void* ptr, size_t bytes) override;
+  void unregister_host(void* ptr) override;
+
+  StreamHandle create_stream() override;
+  void destroy_stream(StreamHandle stream) override;
+  EventHandle create_event() override;
+  void destroy_event(EventHandle event) override;
+
+  void record(EventHandle event, StreamHandle stream) override;
+  bool query(EventHandle event) override;
+  void synchronize(EventHandle event) override;
+  double elapsed_ms(EventHandle start, EventHandle end) override;
+  void wait_event(StreamHandle stream, EventHandle event) override;
+
+  void copy_batch(StreamHandle stream, CopyKind kind,
+                  std::span<const CopyDescriptor> descriptors) override;
+  void launch_host_func(StreamHandle stream, std::function<void()> fn) override;
+
+  // Test support: returns once every stream is idle, or blocked on an event that has not
+  // completed, or blocked on a closed Gate. After it returns, any copy that could run has run.
+  void quiesce();
+  // Streams created and not yet destroyed.
+  size_t live_streams() const;
+
+ private:
+  struct Op;
+  struct Stream;
+  struct Event;
+  struct Range {
+    size_t bytes;
+    bool device;  // device memory (true) or registered host memory (false)
+  };
+
+  void run_stream(Stream* stream);
+  bool in_range(DeviceAddress addr, uint64_t bytes, bool device) const;  // requires mu_
+  Stream& stream_locked(StreamHandle h);
+  Event& event_locked(EventHandle h);
+  void enqueue(StreamHandle stream, Op op);
+
+  const size_t max_descriptors_per_call_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // any op queued or finished, event completed, block state
+  std::map<DeviceAddress, Range> ranges_;
+  std::unordered_map<uint32_t, std::unique_ptr<Stream>> streams_;
+  std::vector<std::unique_ptr<Stream>> retired_streams_;  // destroyed, thread draining
+  std::unordered_map<uint32_t, std::unique_ptr<Event>> events_;
+  uint32_t next_stream_id_ = 1;
+  uint32_t next_event_id_ = 1;
+};
+
+}  // namespace kvtier

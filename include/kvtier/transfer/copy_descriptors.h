@@ -1,0 +1,61 @@
+// Copy descriptors for chunk transfers: which device blocks go to (or come from) which host
+// slot, turned into the CopyDescriptor list a Device executes. See kv_layout.h for where a
+// block's bytes live on each side.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvtier/core/kv_layout.h"
+#include "kvtier/device/device.h"
+
+namespace kvtier {
+
+enum class Direction { kStore, kLoad };  // store: device -> host; load: host -> device
+
+std::string_view to_string(Direction d);
+inline CopyKind copy_kind(Direction d) {
+  return d == Direction::kStore ? CopyKind::kDeviceToHost : CopyKind::kHostToDevice;
+}
+
+// Where one KV-cache group lives in device memory.
+struct GroupCacheAddresses {
+  // kPerLayer: one base per layer; kCrossLayer: exactly one base.
+  std::vector<DeviceAddress> bases;
+  uint32_t num_blocks = 0;
+};
+
+struct KvCacheAddresses {
+  std::vector<GroupCacheAddresses> groups;  // indexed like KvLayout::groups
+};
+
+// The host pool as the device sees it.
+struct HostSlots {
+  DeviceAddress base = 0;
+  size_t slot_bytes = 0;
+  uint32_t num_slots = 0;
+};
+
+// One chunk: `blocks` (exactly blocks_per_chunk device block ids of `group`) <-> `slot`.
+struct ChunkTransfer {
+  uint32_t group = 0;
+  std::vector<uint32_t> blocks;
+  uint32_t slot = 0;
+};
+
+// Builds the descriptors for `chunks`, in chunk order. With `coalesce`, a run of pieces that is
+// contiguous on both sides becomes one descriptor. Out-of-range groups, blocks or slots, a
+// wrong block count, or addresses that do not match `layout` are std::invalid_argument (they
+// are bugs, not device faults: F2).
+std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
+                                                   const KvCacheAddresses& caches,
+                                                   const HostSlots& slots, Direction direction,
+                                                   std::span<const ChunkTransfer> chunks,
+                                                   bool coalesce);
+
+// Checks that `caches` matches `layout` and that every chunk fits a slot of `slots`.
+void validate_addresses(const KvLayout& layout, const KvCacheAddresses& caches,
+                        const HostSlots& slots);
+
+}  // namespace kvtier

@@ -1,0 +1,97 @@
+// Pools of the per-transfer resources: streams, events and descriptor buffers.
+//
+// F6: a resource that saw a fault is never returned to its pool. It is either discarded
+// (destroyed or freed, once nothing can still use it: the transfer's end marker completed) or
+// quarantined (kept, unused, for the life of the process: the transfer is Unprovable and
+// something may still use it). Not thread-safe: owned by one TransferEngine.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "kvtier/device/device.h"
+
+namespace kvtier {
+
+struct PoolCounts {
+  size_t created = 0;
+  size_t in_use = 0;
+  size_t pooled = 0;
+  size_t discarded = 0;
+  size_t quarantined = 0;
+
+  // Conservation: every resource ever created is in exactly one state.
+  bool conserved() const { return created == in_use + pooled + discarded + quarantined; }
+};
+
+template <class Resource>
+class ResourcePool {
+ public:
+  ResourcePool(std::function<Resource()> create, std::function<void(Resource&)> destroy)
+      : create_(std::move(create)), destroy_(std::move(destroy)) {}
+  // Destroys pooled resources; quarantined and in-use ones are deliberately left alone.
+  ~ResourcePool() {
+    for (Resource& r : free_) destroy_(r);
+  }
+  ResourcePool(const ResourcePool&) = delete;
+  ResourcePool& operator=(const ResourcePool&) = delete;
+
+  Resource acquire() {
+    ++counts_.in_use;
+    if (!free_.empty()) {
+      Resource r = std::move(free_.back());
+      free_.pop_back();
+      --counts_.pooled;
+      return r;
+    }
+    ++counts_.created;
+    return create_();
+  }
+  // Only for a resource that saw no fault.
+  void release(Resource r) {
+    --counts_.in_use;
+    ++counts_.pooled;
+    free_.push_back(std::move(r));
+  }
+  // It saw a fault and nothing can still use it.
+  void discard(Resource r) {
+    --counts_.in_use;
+    ++counts_.discarded;
+    destroy_(r);
+  }
+  // It saw a fault and something may still use it: keep it forever.
+  void quarantine(Resource r) {
+    --counts_.in_use;
+    ++counts_.quarantined;
+    quarantined_.push_back(std::move(r));
+  }
+
+  const PoolCounts& counts() const { return counts_; }
+
+ private:
+  std::function<Resource()> create_;
+  std::function<void(Resource&)> destroy_;
+  std::vector<Resource> free_;
+  std::vector<Resource> quarantined_;
+  PoolCounts counts_;
+};
+
+// A buffer of copy descriptors that the device reads while the copies execute.
+using DescriptorBuffer = std::unique_ptr<std::vector<CopyDescriptor>>;
+
+inline ResourcePool<StreamHandle> make_stream_pool(Device& device) {
+  return {[&device] { return device.create_stream(); },
+          [&device](StreamHandle& s) { device.destroy_stream(s); }};
+}
+inline ResourcePool<EventHandle> make_event_pool(Device& device) {
+  return {[&device] { return device.create_event(); },
+          [&device](EventHandle& e) { device.destroy_event(e); }};
+}
+inline ResourcePool<DescriptorBuffer> make_descriptor_buffer_pool() {
+  return {[] { return std::make_unique<std::vector<CopyDescriptor>>(); },
+          [](DescriptorBuffer& b) { b.reset(); }};
+}
+
+}  // namespace kvtier

@@ -1,0 +1,112 @@
+// TransferEngine: moves chunks between a rank's device KV cache and the host pool. One per rank.
+//
+// Contract (rule ids from DESIGN.md):
+// - Two directions, store (device -> host) and load (host -> device), each strictly FIFO: a
+//   transfer's copies start after the previous transfer of its direction ended, and poll()
+//   reports results in submission order per direction (F5).
+// - Every submitted job gets exactly one TransferResult from poll() (F1). A DeviceFault at
+//   submit, while polled, or while waited for becomes that job's Failed or Unprovable outcome;
+//   any other exception propagates unchanged from the call that raised it (F2).
+// - A failure is reported only once the end marker recorded after the last enqueued copy
+//   completed (F5); a job whose end marker could not be recorded, whose end marker keeps
+//   raising on query, or that is not done by its deadline is Unprovable (F7, F8), and so is
+//   every job queued behind it in that direction. After that, fail_stopped() is true and new
+//   submissions in that direction fail before enqueueing anything.
+// - Streams, events and descriptor buffers that saw a fault are discarded (Failed) or
+//   quarantined (Unprovable), never pooled (F6).
+// - A store waits for all compute enqueued on the compute stream before submit (it reads
+//   finished KV); a load does too (it must land after earlier writes to its blocks) (F10).
+//
+// Not thread-safe: one thread (the rank's worker loop) calls it.
+#pragma once
+
+#include <deque>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "kvtier/core/clock.h"
+#include "kvtier/core/kv_layout.h"
+#include "kvtier/core/status.h"
+#include "kvtier/device/device.h"
+#include "kvtier/transfer/copy_descriptors.h"
+#include "kvtier/transfer/resource_pools.h"
+#include "kvtier/transfer/transfer_result.h"
+
+namespace kvtier {
+
+struct TransferOptions {
+  Duration deadline = std::chrono::seconds(30);  // from submission (transfer_deadline_s)
+  size_t max_batch_descriptors = 8192;           // per copy_batch call (capped by the device)
+  bool coalesce = true;
+  uint32_t query_fault_limit = 3;  // faulted queries of one end marker before Unprovable
+};
+
+struct TransferStats {
+  uint64_t submitted = 0;
+  uint64_t completed = 0;
+  uint64_t failed = 0;
+  uint64_t unprovable = 0;
+  uint64_t bytes_completed = 0;
+  uint64_t descriptors_submitted = 0;
+  uint64_t copy_calls = 0;
+  PoolCounts streams;
+  PoolCounts events;
+  PoolCounts descriptor_buffers;
+};
+
+class TransferEngine {
+ public:
+  // `compute_stream`: where the forward pass writes KV. `caches` and `slots` must match
+  // `layout` (std::invalid_argument otherwise).
+  TransferEngine(Device& device, KvLayout layout, KvCacheAddresses caches, HostSlots slots,
+                 StreamHandle compute_stream, TransferOptions options,
+                 const Clock& clock = SteadyClock::instance());
+  ~TransferEngine();
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  // Enqueues the copies of `chunks`. Never raises a DeviceFault. Bad arguments (unknown
+  // block or slot, duplicate job id) are std::invalid_argument.
+  void submit(JobId job, Direction direction, std::span<const ChunkTransfer> chunks);
+
+  // Results decided since the last call, in submission order per direction.
+  std::vector<TransferResult> poll();
+
+  // Blocks until each of `jobs` has finished its copies, seen a fault, or passed its
+  // deadline; never longer than the latest of their deadlines. Results still come from poll().
+  void wait(std::span<const JobId> jobs);
+
+  // Jobs submitted and not yet reported by poll().
+  size_t in_flight() const;
+  bool fail_stopped() const { return fail_stopped_; }
+  TransferStats stats() const;
+  // F12 at quiescence (nothing in flight): every stream, event and descriptor buffer is pooled,
+  // discarded or quarantined. Returns an error naming the leak otherwise.
+  Status audit() const;
+
+ private:
+  struct Transfer;
+
+  void decide(Transfer& t, bool poisoned);
+  void finish(Transfer& t);
+  Transfer* find(JobId job);
+
+  Device& device_;
+  KvLayout layout_;
+  KvCacheAddresses caches_;
+  HostSlots slots_;
+  StreamHandle compute_stream_;
+  TransferOptions options_;
+  const Clock& clock_;
+
+  ResourcePool<StreamHandle> streams_;
+  ResourcePool<EventHandle> events_;
+  ResourcePool<DescriptorBuffer> buffers_;
+  std::deque<Transfer> fifo_[2];  // indexed by Direction
+  bool poisoned_[2] = {false, false};
+  bool fail_stopped_ = false;
+  TransferStats stats_;
+};
+
+}  // namespace kvtier

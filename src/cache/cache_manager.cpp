@@ -1,0 +1,221 @@
+#include "kvtier/cache/cache_manager.h"
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+#include <utility>
+
+namespace kvtier {
+
+namespace {
+
+std::string slot_text(SlotId slot) { return "slot " + std::to_string(slot); }
+
+}  // namespace
+
+CacheManager::CacheManager(size_t num_slots, size_t slot_bytes,
+                           std::unique_ptr<EvictionPolicy> policy)
+    : num_slots_(num_slots), slot_bytes_(slot_bytes), policy_(std::move(policy)) {
+  if (num_slots == 0) throw std::invalid_argument("CacheManager: num_slots must be > 0");
+  if (num_slots > std::numeric_limits<SlotId>::max()) {
+    throw std::invalid_argument("CacheManager: num_slots " + std::to_string(num_slots) +
+                                " does not fit a SlotId");
+  }
+  if (slot_bytes == 0) throw std::invalid_argument("CacheManager: slot_bytes must be > 0");
+  if (!policy_) throw std::invalid_argument("CacheManager: eviction policy is null");
+  free_slots_.reserve(num_slots);
+  for (size_t s = num_slots; s > 0; --s) free_slots_.push_back(static_cast<SlotId>(s - 1));
+}
+
+CacheManager::~CacheManager() = default;
+
+LookupState CacheManager::state(const ChunkKey& key) const {
+  auto it = index_.find(key);
+  if (it == index_.end()) return LookupState::kMiss;
+  return it->second.state == KeyState::kReady ? LookupState::kHit : LookupState::kPending;
+}
+
+LookupResult CacheManager::lookup(std::span<const ChunkKey> keys) {
+  LookupResult result;
+  while (result.hit_chunks < keys.size()) {
+    const LookupState s = state(keys[result.hit_chunks]);
+    if (s == LookupState::kHit) {
+      ++result.hit_chunks;
+      continue;
+    }
+    result.pending = s == LookupState::kPending;
+    ++(result.pending ? stats_.pending_lookups : stats_.misses);
+    break;
+  }
+  stats_.hits += result.hit_chunks;
+  return result;
+}
+
+bool CacheManager::evictable(const ChunkKey& key) const {
+  auto it = index_.find(key);
+  return it != index_.end() && it->second.state == KeyState::kReady && it->second.pins == 0 &&
+         !it->second.quarantined;
+}
+
+void CacheManager::drop_ready(const ChunkKey& key) {
+  auto it = index_.find(key);
+  free_slots_.push_back(it->second.slot);
+  index_.erase(it);
+}
+
+std::optional<StorePlan> CacheManager::prepare_store(std::span<const ChunkKey> keys) {
+  const std::unordered_set<ChunkKey, ChunkKeyHash> inputs(keys.begin(), keys.end());
+  StorePlan plan;
+  std::unordered_set<ChunkKey, ChunkKeyHash> planned;
+  for (const ChunkKey& key : keys) {
+    if (!index_.contains(key) && planned.insert(key).second) plan.keys.push_back(key);
+  }
+  if (plan.keys.size() > free_slots_.size()) {
+    // A store never evicts its own inputs: that would make room by dropping what it writes.
+    plan.evicted = policy_->choose_victims(
+        plan.keys.size() - free_slots_.size(),
+        [&](const ChunkKey& k) { return evictable(k) && !inputs.contains(k); });
+    if (plan.keys.size() > free_slots_.size() + plan.evicted.size()) {
+      ++stats_.stores_rejected;
+      return std::nullopt;
+    }
+  }
+  // Past this point nothing can fail: the plan is committed whole.
+  for (const ChunkKey& key : plan.evicted) {
+    policy_->evict(key);
+    drop_ready(key);
+  }
+  stats_.evictions += plan.evicted.size();
+  if (!plan.evicted.empty()) events_.push_back({CacheEventKind::kRemoved, plan.evicted});
+  plan.slots.reserve(plan.keys.size());
+  for (const ChunkKey& key : plan.keys) {
+    const SlotId slot = free_slots_.back();
+    free_slots_.pop_back();
+    index_.emplace(key, Entry{.slot = slot, .state = KeyState::kPending});
+    plan.slots.push_back(slot);
+  }
+  num_pending_ += plan.keys.size();
+  return plan;
+}
+
+void CacheManager::complete_store(std::span<const ChunkKey> keys, Verdict verdict) {
+  std::vector<ChunkKey> stored;
+  for (const ChunkKey& key : keys) {
+    auto it = index_.find(key);
+    // Only this store's pending keys change; a ready key belongs to an earlier store (F3).
+    if (it == index_.end() || it->second.state != KeyState::kPending) continue;
+    --num_pending_;
+    if (verdict == Verdict::kSucceeded) {
+      it->second.state = KeyState::kReady;
+      policy_->insert(key);
+      stored.push_back(key);
+    } else {
+      // F3: a failed store is never published; its slot is free again.
+      free_slots_.push_back(it->second.slot);
+      index_.erase(it);
+      ++stats_.stores_failed;
+    }
+  }
+  stats_.stores_succeeded += stored.size();
+  if (!stored.empty()) events_.push_back({CacheEventKind::kStored, std::move(stored)});
+}
+
+Result<std::vector<SlotId>> CacheManager::prepare_load(std::span<const ChunkKey> keys) {
+  for (const ChunkKey& key : keys) {
+    const LookupState s = state(key);
+    if (s != LookupState::kHit) {
+      return make_error(ErrorCode::kNotFound,
+                        "prepare_load: key " + key.hex() + " is " +
+                            (s == LookupState::kPending ? "pending" : "not cached"));
+    }
+  }
+  std::vector<SlotId> slots;
+  slots.reserve(keys.size());
+  for (const ChunkKey& key : keys) {
+    Entry& e = index_.at(key);
+    if (e.pins++ == 0 && !e.quarantined) ++num_pinned_;
+    slots.push_back(e.slot);
+  }
+  stats_.loads += keys.size();
+  return slots;
+}
+
+void CacheManager::complete_load(std::span<const ChunkKey> keys) {
+  std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> unpins;
+  for (const ChunkKey& key : keys) {
+    auto it = index_.find(key);
+    if (it == index_.end() || it->second.state != KeyState::kReady ||
+        it->second.pins < ++unpins[key]) {
+      throw std::logic_error("complete_load: key " + key.hex() +
+                             " is not pinned by as many loads as it is completed for");
+    }
+  }
+  for (const auto& [key, n] : unpins) {
+    Entry& e = index_.at(key);
+    e.pins -= n;
+    if (e.pins == 0 && !e.quarantined) --num_pinned_;
+  }
+}
+
+void CacheManager::touch(std::span<const ChunkKey> keys) {
+  for (auto it = keys.rbegin(); it != keys.rend(); ++it) policy_->touch(*it);
+}
+
+size_t CacheManager::reset() {
+  std::vector<ChunkKey> removed;
+  for (const auto& [key, e] : index_) {
+    if (evictable(key)) removed.push_back(key);
+  }
+  for (const ChunkKey& key : removed) {
+    policy_->remove(key);
+    drop_ready(key);
+  }
+  if (!removed.empty()) events_.push_back({CacheEventKind::kRemoved, removed});
+  return removed.size();
+}
+
+void CacheManager::quarantine_store(std::span<const ChunkKey> keys) {
+  for (const ChunkKey& key : keys) {
+    auto it = index_.find(key);
+    if (it == index_.end() || it->second.state != KeyState::kPending) continue;
+    // F7: copies into the slot may still run, so the slot is never handed out again; the key is
+    // gone so that its possibly torn bytes are never read.
+    quarantined_slots_.push_back(it->second.slot);
+    index_.erase(it);
+    --num_pending_;
+    ++stats_.stores_quarantined;
+  }
+}
+
+void CacheManager::quarantine_load(std::span<const ChunkKey> keys) {
+  for (const ChunkKey& key : keys) {
+    auto it = index_.find(key);
+    if (it == index_.end() || it->second.state != KeyState::kReady) continue;
+    Entry& e = it->second;
+    if (!e.quarantined) {
+      // F7: copies from the slot may still run; the quarantine holds the lease forever.
+      if (e.pins > 0) --num_pinned_;
+      e.quarantined = true;
+      policy_->remove(key);
+      ++num_quarantined_ready_;
+      ++stats_.loads_quarantined;
+    }
+    if (e.pins > 0) --e.pins;  // the load's pin now belongs to the quarantine
+  }
+}
+
+CacheCounters CacheManager::counters() const {
+  CacheCounters c = stats_;
+  c.slots_free = free_slots_.size();
+  c.slots_pending = num_pending_;
+  c.slots_quarantined = quarantined_slots_.size() + num_quarantined_ready_;
+  c.slots_ready = index_.size() - num_pending_ - num_quarantined_ready_;
+  c.slots_pinned = num_pinned_;
+  c.quarantined_bytes = uint64_t{c.slots_quarantined} * slot_bytes_;
+  return c;
+}
+
+std::vector<CacheEvent> CacheManager::take_events() { return std::exchange(events_, {}); }
+
+}  // namespace kvtier

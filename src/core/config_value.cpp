@@ -1,0 +1,218 @@
+#include "config_value.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+namespace kvtier::config_internal {
+namespace {
+
+__extension__ using Uint128 = unsigned __int128;
+
+std::unexpected<Error> invalid(std::string message) {
+  return make_error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+std::string quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+
+// The whole of `text` as a T, or nothing: no leading blanks, no trailing characters, no
+// wrap-around (from_chars reports values out of T's range).
+template <class T>
+std::optional<T> parse_whole(std::string_view text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return value;
+}
+
+std::string format_double(double value) {
+  char buf[32];
+  auto [ptr, ec] = std::to_chars(buf, buf + sizeof buf, value);  // shortest exact form
+  return std::string(buf, ptr);
+}
+
+struct Unit {
+  std::string_view name;
+  uint64_t bytes;
+};
+constexpr Unit kUnits[] = {
+    {"B", 1},
+    {"KB", 1'000},
+    {"MB", 1'000'000},
+    {"GB", 1'000'000'000},
+    {"TB", 1'000'000'000'000},
+    {"KiB", uint64_t{1} << 10},
+    {"MiB", uint64_t{1} << 20},
+    {"GiB", uint64_t{1} << 30},
+    {"TiB", uint64_t{1} << 40},
+};
+
+// Exact decimal arithmetic: "1.1GB" is 1100000000 bytes, "0.1KiB" (102.4) is an error.
+Result<uint64_t> parse_byte_count(std::string_view text) {
+  uint64_t digits = 0;  // every digit, the point removed
+  int fraction_digits = 0;
+  bool any_digit = false;
+  bool point = false;
+  size_t i = 0;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '.' && !point) {
+      point = true;
+      continue;
+    }
+    if (c < '0' || c > '9') break;
+    any_digit = true;
+    fraction_digits += point ? 1 : 0;
+    if (__builtin_mul_overflow(digits, uint64_t{10}, &digits) ||
+        __builtin_add_overflow(digits, uint64_t(c - '0'), &digits)) {
+      return invalid("must be at most 2^64-1 bytes, got " + quoted(text));
+    }
+  }
+  std::string_view unit_name = text.substr(i);
+  unit_name.remove_prefix(std::min(unit_name.find_first_not_of(' '), unit_name.size()));
+  const Unit* unit = unit_name.empty() ? &kUnits[0] : nullptr;
+  for (const Unit& u : kUnits) {
+    if (u.name == unit_name) unit = &u;
+  }
+  if (!any_digit || unit == nullptr) {
+    return invalid(
+        "must be a number of bytes, optionally with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, "
+        "TiB), e.g. 512MiB or 1.5GB; got " +
+        quoted(text));
+  }
+  // scaled < 2^64 * 2^40 < 10^32, so capping the divisor at 10^33 keeps the result exact.
+  const Uint128 scaled = Uint128{digits} * unit->bytes;
+  Uint128 divisor = 1;
+  for (int k = 0; k < std::min(fraction_digits, 33); ++k) divisor *= 10;
+  if (scaled % divisor != 0) return invalid("must be a whole number of bytes, got " + quoted(text));
+  if (scaled / divisor > std::numeric_limits<uint64_t>::max()) {
+    return invalid("must be at most 2^64-1 bytes, got " + quoted(text));
+  }
+  return static_cast<uint64_t>(scaled / divisor);
+}
+
+std::string format_byte_count(uint64_t bytes) {
+  for (const char* name : {"TiB", "GiB", "MiB", "KiB"}) {
+    const Unit& unit = *std::find_if(std::begin(kUnits), std::end(kUnits),
+                                     [&](const Unit& u) { return u.name == name; });
+    if (bytes != 0 && bytes % unit.bytes == 0) return std::to_string(bytes / unit.bytes) + name;
+  }
+  return std::to_string(bytes);
+}
+
+template <class T>
+Status accept_any(const T&) {
+  return {};
+}
+
+}  // namespace
+
+ConfigValue<double> positive_seconds() {
+  return {
+      .values = "seconds, a finite number > 0",
+      .parse = [](std::string_view text) -> Result<double> {
+        // from_chars reads "nan" and "inf" too: the rule below, not the syntax, rejects them.
+        if (auto value = parse_whole<double>(text)) return *value;
+        return invalid("must be a number of seconds, got " + quoted(text));
+      },
+      .check = [](const double& value) -> Status {
+        if (!std::isfinite(value) || value <= 0) {
+          return invalid("must be a finite number > 0, got " + format_double(value));
+        }
+        return {};
+      },
+      .format = format_double,
+  };
+}
+
+ConfigValue<uint32_t> integer_in(uint32_t lo, uint32_t hi) {
+  const std::string values = "integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return {
+      .values = values,
+      .parse = [values](std::string_view text) -> Result<uint32_t> {
+        if (auto value = parse_whole<uint32_t>(text)) return *value;
+        return invalid("must be an " + values + ", got " + quoted(text));
+      },
+      .check = [values, lo, hi](const uint32_t& value) -> Status {
+        if (value < lo || value > hi) {
+          return invalid("must be an " + values + ", got " + std::to_string(value));
+        }
+        return {};
+      },
+      .format = [](const uint32_t& value) { return std::to_string(value); },
+  };
+}
+
+ConfigValue<bool> boolean() {
+  return {
+      .values = "true | false",
+      .parse = [](std::string_view text) -> Result<bool> {
+        if (text == "true") return true;
+        if (text == "false") return false;
+        return invalid("must be true or false, got " + quoted(text));
+      },
+      .check = accept_any<bool>,
+      .format = [](const bool& value) -> std::string { return value ? "true" : "false"; },
+  };
+}
+
+ConfigValue<uint64_t> byte_size() {
+  return {
+      .values = "size > 0: bytes, or with a unit, e.g. 512MiB, 4GiB, 1.5GB",
+      .parse = parse_byte_count,
+      .check = [](const uint64_t& bytes) -> Status {
+        if (bytes == 0) return invalid("must be > 0 bytes, got 0");
+        return {};
+      },
+      .format = format_byte_count,
+  };
+}
+
+ConfigValue<std::string> text() {
+  return {
+      .values = "string",
+      .parse = [](std::string_view text) -> Result<std::string> { return std::string(text); },
+      .check = accept_any<std::string>,
+      .format = [](const std::string& value) { return value; },
+  };
+}
+
+ConfigValue<std::string> one_of(std::initializer_list<std::string_view> names) {
+  std::vector<std::string> accepted(names.begin(), names.end());
+  std::string values;
+  for (const std::string& name : accepted) values += (values.empty() ? "" : " | ") + name;
+  auto check = [accepted, values](const std::string& value) -> Status {
+    if (std::ranges::find(accepted, value) == accepted.end()) {
+      return invalid("must be one of " + values + ", got " + quoted(value));
+    }
+    return {};
+  };
+  return {
+      .values = values,
+      .parse = [](std::string_view text) -> Result<std::string> { return std::string(text); },
+      .check = check,
+      .format = [](const std::string& value) { return value; },
+  };
+}
+
+ConfigValue<DeviceLayout> device_layout() {
+  std::string values;
+  for (DeviceLayout layout : {DeviceLayout::kPerLayer, DeviceLayout::kCrossLayer}) {
+    values += (values.empty() ? "" : " | ") + std::string(to_string(layout));
+  }
+  return {
+      .values = values,
+      .parse = [values](std::string_view text) -> Result<DeviceLayout> {
+        if (auto layout = parse_device_layout(text)) return *layout;
+        return invalid("must be one of " + values + ", got " + quoted(text));
+      },
+      .check = accept_any<DeviceLayout>,
+      .format = [](const DeviceLayout& layout) { return std::string(to_string(layout)); },
+  };
+}
+
+}  // namespace kvtier::config_internal

@@ -1,0 +1,139 @@
+#include "kvtier/device/fault_injecting_device.h"
+
+#include <stdexcept>
+#include <thread>
+
+#include "kvtier/device/device_fault.h"
+
+namespace kvtier {
+
+FaultInjectingDevice::FaultInjectingDevice(Device& inner, FaultPlan plan)
+    : inner_(inner), plan_(std::move(plan)) {}
+
+FaultInjectingDevice::~FaultInjectingDevice() { release_hangs(); }
+
+void FaultInjectingDevice::set_plan(FaultPlan plan) {
+  std::lock_guard lock(mu_);
+  plan_ = std::move(plan);
+}
+
+void FaultInjectingDevice::release_hangs() {
+  std::vector<std::shared_ptr<Gate>> gates;
+  {
+    std::lock_guard lock(mu_);
+    gates.swap(hang_gates_);
+  }
+  for (auto& g : gates) g->open();
+}
+
+InjectedFaultCounts FaultInjectingDevice::counts() const {
+  std::lock_guard lock(mu_);
+  return counts_;
+}
+
+std::vector<StreamHandle> FaultInjectingDevice::call_streams() const {
+  std::lock_guard lock(mu_);
+  return call_streams_;
+}
+
+std::vector<StreamHandle> FaultInjectingDevice::faulted_streams() const {
+  std::lock_guard lock(mu_);
+  return faulted_streams_;
+}
+
+void FaultInjectingDevice::destroy_stream(StreamHandle stream) {
+  inner_.destroy_stream(stream);
+  std::lock_guard lock(mu_);
+  stream_faults_.erase(stream.id);
+}
+
+void FaultInjectingDevice::destroy_event(EventHandle event) {
+  inner_.destroy_event(event);
+  std::lock_guard lock(mu_);
+  event_latches_.erase(event.id);
+}
+
+void FaultInjectingDevice::record(EventHandle event, StreamHandle stream) {
+  std::shared_ptr<Latch> latch;
+  {
+    std::lock_guard lock(mu_);
+    StreamFaults& f = stream_faults_[stream.id];
+    if (f.record_fails) {
+      f.record_fails = false;
+      ++counts_.record_failures;
+      throw DeviceFault("injected: event record failed");
+    }
+    latch = f.latch;
+  }
+  inner_.record(event, stream);
+  std::lock_guard lock(mu_);
+  if (latch) {
+    event_latches_[event.id] = latch;
+  } else {
+    event_latches_.erase(event.id);
+  }
+}
+
+void FaultInjectingDevice::raise_if_latched(EventHandle event) {
+  std::lock_guard lock(mu_);
+  auto it = event_latches_.find(event.id);
+  if (it == event_latches_.end() || it->second->remaining == 0) return;
+  if (it->second->remaining != FaultRule::kForever) --it->second->remaining;
+  ++counts_.query_faults;
+  throw DeviceFault("injected: error latched on the stream");
+}
+
+bool FaultInjectingDevice::query(EventHandle event) {
+  raise_if_latched(event);
+  return inner_.query(event);
+}
+
+void FaultInjectingDevice::synchronize(EventHandle event) {
+  raise_if_latched(event);
+  inner_.synchronize(event);
+}
+
+void FaultInjectingDevice::copy_batch(StreamHandle stream, CopyKind kind,
+                                      std::span<const CopyDescriptor> descriptors) {
+  FaultRule rule;
+  std::shared_ptr<Gate> gate;
+  {
+    std::lock_guard lock(mu_);
+    rule = plan_.draw(next_call_++, descriptors.size());
+    ++counts_.copy_calls;
+    call_streams_.push_back(stream);
+    if (rule.non_device_error) {
+      ++counts_.non_device_errors;
+      throw std::logic_error("injected: non-device error in copy_batch");
+    }
+    if (rule.hang) {
+      gate = std::make_shared<Gate>();
+      hang_gates_.push_back(gate);
+      ++counts_.hangs;
+    }
+    if (rule.delay.count() > 0) ++counts_.delays;
+    StreamFaults& f = stream_faults_[stream.id];
+    if (rule.record_fails) f.record_fails = true;
+    if (rule.latched_errors > 0) {
+      f.latch = std::make_shared<Latch>(Latch{rule.latched_errors});
+      ++counts_.latched_errors;
+    }
+    if (rule.fail_at) ++counts_.submit_failures;
+    if (rule.fail_at || rule.record_fails || rule.latched_errors > 0) {
+      faulted_streams_.push_back(stream);
+    }
+  }
+  if (gate) inner_.launch_host_func(stream, [gate] { gate->wait(); });
+  if (rule.delay.count() > 0) {
+    inner_.launch_host_func(stream, [d = rule.delay] { std::this_thread::sleep_for(d); });
+  }
+  if (!rule.fail_at) {
+    inner_.copy_batch(stream, kind, descriptors);
+    return;
+  }
+  const size_t k = std::min(*rule.fail_at, descriptors.size());
+  if (k > 0) inner_.copy_batch(stream, kind, descriptors.first(k));
+  throw DeviceFault("injected: copy_batch failed at descriptor " + std::to_string(k), k);
+}
+
+}  // namespace kvtier

@@ -1,0 +1,316 @@
+#include "kvtier/device/host_device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+#include "kvtier/device/gate.h"
+
+namespace kvtier {
+
+struct HostDevice::Op {
+  enum class Kind { kCopy, kRecord, kWait, kHostFunc };
+  Kind kind;
+  std::span<const CopyDescriptor> descriptors;  // kCopy: read when executed
+  uint32_t event = 0;                           // kRecord, kWait
+  uint64_t generation = 0;                      // kRecord: this record; kWait: awaited
+  std::function<void()> fn;                     // kHostFunc
+};
+
+struct HostDevice::Stream final : BlockedHook {
+  HostDevice* device = nullptr;
+  std::deque<Op> queue;
+  bool running = false;           // an op is being executed
+  bool blocked_on_gate = false;   // inside Gate::wait
+  const Op* waiting = nullptr;    // a kWait op being executed
+  bool stopping = false;
+  std::thread thread;
+
+  void set_blocked(bool blocked) override {
+    std::lock_guard lock(device->mu_);
+    blocked_on_gate = blocked;
+    device->changed_.notify_all();
+  }
+};
+
+struct HostDevice::Event {
+  uint64_t recorded = 0;   // generation of the most recent record()
+  uint64_t completed = 0;  // highest generation whose record executed
+  TimePoint completed_at{};
+};
+
+HostDevice::HostDevice(size_t max_descriptors_per_call)
+    : max_descriptors_per_call_(max_descriptors_per_call) {
+  if (max_descriptors_per_call == 0) {
+    throw std::invalid_argument("HostDevice: max_descriptors_per_call must be > 0");
+  }
+}
+
+HostDevice::~HostDevice() {
+  std::vector<std::unique_ptr<Stream>> all;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, s] : streams_) all.push_back(std::move(s));
+    streams_.clear();
+    for (auto& s : retired_streams_) all.push_back(std::move(s));
+    retired_streams_.clear();
+    for (auto& s : all) s->stopping = true;
+    changed_.notify_all();
+  }
+  for (auto& s : all) s->thread.join();
+  for (auto& [addr, range] : ranges_) {
+    if (range.device) std::free(reinterpret_cast<void*>(addr));
+  }
+}
+
+DeviceAddress HostDevice::allocate(size_t bytes) {
+  if (bytes == 0) throw std::invalid_argument("HostDevice::allocate: zero bytes");
+  const size_t rounded = (bytes + 4095) / 4096 * 4096;
+  void* p = std::aligned_alloc(4096, rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  std::lock_guard lock(mu_);
+  const auto addr = reinterpret_cast<DeviceAddress>(p);
+  ranges_[addr] = Range{bytes, true};
+  return addr;
+}
+
+void HostDevice::free(DeviceAddress addr) {
+  std::lock_guard lock(mu_);
+  auto it = ranges_.find(addr);
+  if (it == ranges_.end() || !it->second.device) {
+    throw std::invalid_argument("HostDevice::free: not a device allocation");
+  }
+  ranges_.erase(it);
+  std::free(reinterpret_cast<void*>(addr));
+}
+
+DeviceAddress HostDevice::register_host(void* ptr, size_t bytes) {
+  if (!ptr || bytes == 0) throw std::invalid_argument("HostDevice::register_host: empty range");
+  std::lock_guard lock(mu_);
+  const auto addr = reinterpret_cast<DeviceAddress>(ptr);
+  auto next = ranges_.lower_bound(addr);
+  const bool overlaps_next = next != ranges_.end() && next->first < addr + bytes;
+  const bool overlaps_prev =
+      next != ranges_.begin() && std::prev(next)->first + std::prev(next)->second.bytes > addr;
+  if (overlaps_next || overlaps_prev) {
+    throw std::invalid_argument("HostDevice::register_host: range overlaps a registered range");
+  }
+  ranges_[addr] = Range{bytes, false};
+  return addr;
+}
+
+void HostDevice::unregister_host(void* ptr) {
+  std::lock_guard lock(mu_);
+  auto it = ranges_.find(reinterpret_cast<DeviceAddress>(ptr));
+  if (it == ranges_.end() || it->second.device) {
+    throw std::invalid_argument("HostDevice::unregister_host: not a registered host range");
+  }
+  ranges_.erase(it);
+}
+
+StreamHandle HostDevice::create_stream() {
+  std::lock_guard lock(mu_);
+  const uint32_t id = next_stream_id_++;
+  auto stream = std::make_unique<Stream>();
+  stream->device = this;
+  Stream* raw = stream.get();
+  streams_[id] = std::move(stream);
+  raw->thread = std::thread([this, raw] { run_stream(raw); });
+  return StreamHandle{id};
+}
+
+void HostDevice::destroy_stream(StreamHandle h) {
+  std::lock_guard lock(mu_);
+  auto it = streams_.find(h.id);
+  if (it == streams_.end()) throw std::invalid_argument("HostDevice: unknown stream");
+  it->second->stopping = true;
+  retired_streams_.push_back(std::move(it->second));
+  streams_.erase(it);
+  changed_.notify_all();
+}
+
+EventHandle HostDevice::create_event() {
+  std::lock_guard lock(mu_);
+  const uint32_t id = next_event_id_++;
+  events_[id] = std::make_unique<Event>();
+  return EventHandle{id};
+}
+
+void HostDevice::destroy_event(EventHandle h) {
+  std::lock_guard lock(mu_);
+  if (events_.erase(h.id) == 0) throw std::invalid_argument("HostDevice: unknown event");
+}
+
+HostDevice::Stream& HostDevice::stream_locked(StreamHandle h) {
+  auto it = streams_.find(h.id);
+  if (it == streams_.end()) throw std::invalid_argument("HostDevice: unknown stream");
+  return *it->second;
+}
+
+HostDevice::Event& HostDevice::event_locked(EventHandle h) {
+  auto it = events_.find(h.id);
+  if (it == events_.end()) throw std::invalid_argument("HostDevice: unknown event");
+  return *it->second;
+}
+
+void HostDevice::enqueue(StreamHandle stream, Op op) {
+  // Requires mu_.
+  stream_locked(stream).queue.push_back(std::move(op));
+  changed_.notify_all();
+}
+
+void HostDevice::record(EventHandle event, StreamHandle stream) {
+  std::lock_guard lock(mu_);
+  Event& e = event_locked(event);
+  stream_locked(stream);  // validate before mutating the event
+  enqueue(stream, Op{.kind = Op::Kind::kRecord, .event = event.id, .generation = ++e.recorded});
+}
+
+bool HostDevice::query(EventHandle event) {
+  std::lock_guard lock(mu_);
+  const Event& e = event_locked(event);
+  return e.completed >= e.recorded;
+}
+
+void HostDevice::synchronize(EventHandle event) {
+  std::unique_lock lock(mu_);
+  const uint64_t awaited = event_locked(event).recorded;
+  changed_.wait(lock, [&] {
+    auto it = events_.find(event.id);
+    return it == events_.end() || it->second->completed >= awaited;
+  });
+}
+
+double HostDevice::elapsed_ms(EventHandle start, EventHandle end) {
+  std::lock_guard lock(mu_);
+  const Event& s = event_locked(start);
+  const Event& e = event_locked(end);
+  if (s.completed < s.recorded || e.completed < e.recorded || s.recorded == 0 || e.recorded == 0) {
+    throw std::logic_error("HostDevice::elapsed_ms: events not recorded and completed");
+  }
+  return std::chrono::duration<double, std::milli>(e.completed_at - s.completed_at).count();
+}
+
+void HostDevice::wait_event(StreamHandle stream, EventHandle event) {
+  std::lock_guard lock(mu_);
+  const Event& e = event_locked(event);
+  if (e.recorded == 0) {
+    stream_locked(stream);
+    return;  // never recorded: nothing to wait for
+  }
+  enqueue(stream, Op{.kind = Op::Kind::kWait, .event = event.id, .generation = e.recorded});
+}
+
+bool HostDevice::in_range(DeviceAddress addr, uint64_t bytes, bool device) const {
+  auto it = ranges_.upper_bound(addr);
+  if (it == ranges_.begin()) return false;
+  --it;
+  return it->second.device == device && addr + bytes <= it->first + it->second.bytes &&
+         addr + bytes >= addr;
+}
+
+void HostDevice::copy_batch(StreamHandle stream, CopyKind kind,
+                            std::span<const CopyDescriptor> descriptors) {
+  if (descriptors.size() > max_descriptors_per_call_) {
+    throw std::invalid_argument("HostDevice::copy_batch: " + std::to_string(descriptors.size()) +
+                                " descriptors exceed the per-call cap of " +
+                                std::to_string(max_descriptors_per_call_));
+  }
+  std::lock_guard lock(mu_);
+  const bool src_on_device = kind == CopyKind::kDeviceToHost;
+  for (size_t i = 0; i < descriptors.size(); ++i) {
+    const CopyDescriptor& d = descriptors[i];
+    if (d.bytes == 0 || !in_range(d.src, d.bytes, src_on_device) ||
+        !in_range(d.dst, d.bytes, !src_on_device)) {
+      throw std::invalid_argument("HostDevice::copy_batch: descriptor " + std::to_string(i) +
+                                  " is outside the memory its copy kind requires");
+    }
+  }
+  if (descriptors.empty()) {
+    stream_locked(stream);
+    return;
+  }
+  enqueue(stream, Op{.kind = Op::Kind::kCopy, .descriptors = descriptors});
+}
+
+void HostDevice::launch_host_func(StreamHandle stream, std::function<void()> fn) {
+  std::lock_guard lock(mu_);
+  enqueue(stream, Op{.kind = Op::Kind::kHostFunc, .fn = std::move(fn)});
+}
+
+void HostDevice::run_stream(Stream* stream) {
+  current_blocked_hook = stream;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    changed_.wait(lock, [&] { return !stream->queue.empty() || stream->stopping; });
+    if (stream->queue.empty()) break;
+    Op op = std::move(stream->queue.front());
+    stream->queue.pop_front();
+    stream->running = true;
+    switch (op.kind) {
+      case Op::Kind::kWait: {
+        stream->waiting = &op;
+        changed_.notify_all();
+        changed_.wait(lock, [&] {
+          auto it = events_.find(op.event);
+          return it == events_.end() || it->second->completed >= op.generation;
+        });
+        stream->waiting = nullptr;
+        break;
+      }
+      case Op::Kind::kRecord: {
+        auto it = events_.find(op.event);
+        if (it != events_.end()) {
+          it->second->completed = std::max(it->second->completed, op.generation);
+          it->second->completed_at = SteadyClock::instance().now();
+        }
+        break;
+      }
+      case Op::Kind::kCopy:
+        lock.unlock();
+        for (const CopyDescriptor& d : op.descriptors) {
+          std::memcpy(reinterpret_cast<void*>(d.dst), reinterpret_cast<const void*>(d.src),
+                      d.bytes);
+        }
+        lock.lock();
+        break;
+      case Op::Kind::kHostFunc:
+        lock.unlock();
+        op.fn();
+        lock.lock();
+        break;
+    }
+    stream->running = false;
+    changed_.notify_all();
+  }
+}
+
+void HostDevice::quiesce() {
+  std::unique_lock lock(mu_);
+  auto stream_quiet = [&](const Stream& s) {
+    if (s.blocked_on_gate) return true;
+    if (s.waiting) {
+      auto it = events_.find(s.waiting->event);
+      return it != events_.end() && it->second->completed < s.waiting->generation;
+    }
+    return s.queue.empty() && !s.running;
+  };
+  changed_.wait(lock, [&] {
+    for (const auto& [id, s] : streams_) {
+      if (!stream_quiet(*s)) return false;
+    }
+    for (const auto& s : retired_streams_) {
+      if (!stream_quiet(*s)) return false;
+    }
+    return true;
+  });
+}
+
+size_t HostDevice::live_streams() const {
+  std::lock_guard lock(mu_);
+  return streams_.size();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,99 @@
+#include "kvtier/transfer/copy_descriptors.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace kvtier {
+
+std::string_view to_string(Direction d) { return d == Direction::kStore ? "store" : "load"; }
+
+void validate_addresses(const KvLayout& layout, const KvCacheAddresses& caches,
+                        const HostSlots& slots) {
+  if (caches.groups.size() != layout.groups.size()) {
+    throw std::invalid_argument("KV cache addresses: " + std::to_string(caches.groups.size()) +
+                                " groups, layout has " + std::to_string(layout.groups.size()));
+  }
+  for (size_t g = 0; g < layout.groups.size(); ++g) {
+    const size_t want =
+        layout.device_layout == DeviceLayout::kPerLayer ? layout.groups[g].layers : 1;
+    if (caches.groups[g].bases.size() != want) {
+      throw std::invalid_argument("KV cache addresses: group " + std::to_string(g) + " has " +
+                                  std::to_string(caches.groups[g].bases.size()) +
+                                  " base addresses, its layout needs " + std::to_string(want));
+    }
+  }
+  if (slots.slot_bytes < layout.max_chunk_bytes()) {
+    throw std::invalid_argument("host slots of " + std::to_string(slots.slot_bytes) +
+                                " bytes cannot hold a chunk of " +
+                                std::to_string(layout.max_chunk_bytes()) + " bytes");
+  }
+}
+
+namespace {
+
+void append(std::vector<CopyDescriptor>& out, DeviceAddress device, DeviceAddress host,
+            uint64_t bytes, Direction direction, bool coalesce) {
+  const DeviceAddress src = direction == Direction::kStore ? device : host;
+  const DeviceAddress dst = direction == Direction::kStore ? host : device;
+  if (coalesce && !out.empty()) {
+    CopyDescriptor& last = out.back();
+    if (last.src + last.bytes == src && last.dst + last.bytes == dst) {
+      last.bytes += bytes;
+      return;
+    }
+  }
+  out.push_back(CopyDescriptor{src, dst, bytes});
+}
+
+}  // namespace
+
+std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
+                                                   const KvCacheAddresses& caches,
+                                                   const HostSlots& slots, Direction direction,
+                                                   std::span<const ChunkTransfer> chunks,
+                                                   bool coalesce) {
+  std::vector<CopyDescriptor> out;
+  for (const ChunkTransfer& chunk : chunks) {
+    if (chunk.group >= layout.groups.size() || chunk.group >= caches.groups.size()) {
+      throw std::invalid_argument("chunk transfer: group " + std::to_string(chunk.group) +
+                                  " does not exist");
+    }
+    const KvGroup& g = layout.groups[chunk.group];
+    const GroupCacheAddresses& cache = caches.groups[chunk.group];
+    if (chunk.blocks.size() != g.blocks_per_chunk) {
+      throw std::invalid_argument("chunk transfer: " + std::to_string(chunk.blocks.size()) +
+                                  " blocks, a chunk of group " + std::to_string(chunk.group) +
+                                  " has " + std::to_string(g.blocks_per_chunk));
+    }
+    if (chunk.slot >= slots.num_slots) {
+      throw std::invalid_argument("chunk transfer: slot " + std::to_string(chunk.slot) +
+                                  " out of range (" + std::to_string(slots.num_slots) + ")");
+    }
+    for (uint32_t b : chunk.blocks) {
+      if (b >= cache.num_blocks) {
+        throw std::invalid_argument("chunk transfer: block " + std::to_string(b) +
+                                    " out of range (" + std::to_string(cache.num_blocks) + ")");
+      }
+    }
+    const DeviceAddress slot = slots.base + uint64_t{chunk.slot} * slots.slot_bytes;
+    if (layout.device_layout == DeviceLayout::kPerLayer) {
+      const uint64_t piece = g.layer_block_bytes();
+      for (uint32_t l = 0; l < g.layers; ++l) {
+        const DeviceAddress host_layer = slot + uint64_t{l} * g.blocks_per_chunk * piece;
+        for (uint32_t j = 0; j < g.blocks_per_chunk; ++j) {
+          append(out, cache.bases[l] + chunk.blocks[j] * piece, host_layer + j * piece, piece,
+                 direction, coalesce);
+        }
+      }
+    } else {
+      const uint64_t piece = g.block_bytes();
+      for (uint32_t j = 0; j < g.blocks_per_chunk; ++j) {
+        append(out, cache.bases[0] + chunk.blocks[j] * piece, slot + j * piece, piece, direction,
+               coalesce);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace kvtier
