@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "kvtier/device/device.h"
@@ -61,11 +62,15 @@ class ResourcePool {
     ++counts_.discarded;
     destroy_(r);
   }
-  // It saw a fault and something may still use it: keep it forever.
+  // It saw a fault and something may still use it: keep it for the life of the process,
+  // beyond this pool's own (F7).
   void quarantine(Resource r) {
     --counts_.in_use;
     ++counts_.quarantined;
-    quarantined_.push_back(std::move(r));
+    static std::mutex mu;
+    static auto* forever = new std::vector<Resource>();  // never freed, by design
+    std::lock_guard lock(mu);
+    forever->push_back(std::move(r));
   }
 
   const PoolCounts& counts() const { return counts_; }
@@ -74,7 +79,6 @@ class ResourcePool {
   std::function<Resource()> create_;
   std::function<void(Resource&)> destroy_;
   std::vector<Resource> free_;
-  std::vector<Resource> quarantined_;
   PoolCounts counts_;
 };
 

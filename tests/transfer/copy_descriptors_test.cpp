@@ -1,0 +1,95 @@
+#include "kvtier/transfer/copy_descriptors.h"
+
+#include <gtest/gtest.h>
+
+#include "support/transfer_rig.h"
+
+namespace kvtier {
+namespace {
+
+using testing::small_layout;
+
+struct Addresses {
+  explicit Addresses(const KvLayout& layout) {
+    const KvGroup& g = layout.groups[0];
+    GroupCacheAddresses group{.num_blocks = 100};
+    if (layout.device_layout == DeviceLayout::kPerLayer) {
+      for (uint32_t l = 0; l < g.layers; ++l) group.bases.push_back(0x100000 * (l + 1));
+    } else {
+      group.bases.push_back(0x100000);
+    }
+    caches.groups.push_back(group);
+    slots = HostSlots{0x10000000, layout.max_chunk_bytes(), 8};
+  }
+  KvCacheAddresses caches;
+  HostSlots slots;
+};
+
+uint64_t total_bytes(const std::vector<CopyDescriptor>& d) {
+  uint64_t n = 0;
+  for (const auto& x : d) n += x.bytes;
+  return n;
+}
+
+ChunkTransfer chunk(std::vector<uint32_t> blocks, uint32_t slot) {
+  return ChunkTransfer{.group = 0, .blocks = std::move(blocks), .slot = slot};
+}
+
+TEST(CopyDescriptors, PerLayerConsecutiveBlocksCoalesceToOneDescriptorPerLayer) {
+  const KvLayout layout = small_layout(DeviceLayout::kPerLayer);
+  const Addresses a(layout);
+  const auto chunks = {chunk({10, 11, 12, 13}, 2)};
+  const auto merged = build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, chunks, true);
+  const auto plain = build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, chunks, false);
+  const KvGroup& g = layout.groups[0];
+  ASSERT_EQ(merged.size(), g.layers);
+  EXPECT_EQ(plain.size(), g.layers * g.blocks_per_chunk);
+  EXPECT_EQ(total_bytes(merged), g.chunk_bytes());
+  EXPECT_EQ(total_bytes(plain), g.chunk_bytes());
+  // Layer 1 of block 10 goes to the second layer's region of slot 2.
+  EXPECT_EQ(merged[1].src, 0x200000 + 10 * g.layer_block_bytes());
+  EXPECT_EQ(merged[1].dst, a.slots.base + 2 * a.slots.slot_bytes +
+                               g.blocks_per_chunk * g.layer_block_bytes());
+}
+
+TEST(CopyDescriptors, GapsSplitRunsAndLoadSwapsSourceAndDestination) {
+  const KvLayout layout = small_layout(DeviceLayout::kCrossLayer);
+  const Addresses a(layout);
+  const auto chunks = {chunk({4, 5, 9, 10}, 0)};
+  const auto store = build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, chunks, true);
+  const auto load = build_copy_descriptors(layout, a.caches, a.slots, Direction::kLoad, chunks, true);
+  ASSERT_EQ(store.size(), 2u);
+  ASSERT_EQ(load.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(store[i].src, load[i].dst);
+    EXPECT_EQ(store[i].dst, load[i].src);
+  }
+}
+
+TEST(CopyDescriptors, CrossLayerChunksInAdjacentSlotsCoalesceAcrossChunks) {
+  const KvLayout layout = small_layout(DeviceLayout::kCrossLayer);
+  const Addresses a(layout);
+  const auto chunks = {chunk({0, 1, 2, 3}, 4), chunk({4, 5, 6, 7}, 5)};
+  const auto d = build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, chunks, true);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].bytes, 2 * layout.groups[0].chunk_bytes());
+}
+
+TEST(CopyDescriptors, OutOfRangeArgumentsAreInvalidArgument) {
+  const KvLayout layout = small_layout(DeviceLayout::kPerLayer);
+  const Addresses a(layout);
+  auto build = [&](ChunkTransfer c) {
+    const std::vector<ChunkTransfer> chunks{std::move(c)};
+    return build_copy_descriptors(layout, a.caches, a.slots, Direction::kLoad, chunks, true);
+  };
+  EXPECT_THROW(build(chunk({0, 1, 2, 100}, 0)), std::invalid_argument);
+  EXPECT_THROW(build(chunk({0, 1, 2, 3}, 8)), std::invalid_argument);
+  EXPECT_THROW(build(chunk({0, 1, 2}, 0)), std::invalid_argument);
+  EXPECT_THROW(build(ChunkTransfer{.group = 1, .blocks = {0, 1, 2, 3}}), std::invalid_argument);
+  HostSlots small = a.slots;
+  small.slot_bytes -= 1;
+  EXPECT_THROW(validate_addresses(layout, a.caches, small), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvtier
