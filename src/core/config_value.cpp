@@ -16,7 +16,9 @@ std::unexpected<Error> invalid(std::string message) {
   return make_error(ErrorCode::kInvalidArgument, std::move(message));
 }
 
-std::string quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+std::string quoted(std::string_view text) {
+  return "'" + std::string(text) + "'";
+}
 
 // The whole of `text` as a T, or nothing: no leading blanks, no trailing characters, no
 // wrap-around (from_chars reports values out of T's range).
@@ -95,11 +97,12 @@ Result<uint64_t> parse_byte_count(std::string_view text) {
   return static_cast<uint64_t>(scaled / divisor);
 }
 
+// The largest binary unit that divides `bytes`: 1073741824 is "1GiB".
 std::string format_byte_count(uint64_t bytes) {
-  for (const char* name : {"TiB", "GiB", "MiB", "KiB"}) {
-    const Unit& unit = *std::find_if(std::begin(kUnits), std::end(kUnits),
-                                     [&](const Unit& u) { return u.name == name; });
-    if (bytes != 0 && bytes % unit.bytes == 0) return std::to_string(bytes / unit.bytes) + name;
+  static constexpr const char* kBinaryUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  for (int i = 3; i >= 0; --i) {
+    const uint64_t unit = uint64_t{1} << (10 * (i + 1));
+    if (bytes != 0 && bytes % unit == 0) return std::to_string(bytes / unit) + kBinaryUnits[i];
   }
   return std::to_string(bytes);
 }
@@ -182,21 +185,19 @@ ConfigValue<std::string> text() {
 }
 
 ConfigValue<std::string> one_of(std::initializer_list<std::string_view> names) {
+  ConfigValue<std::string> value = text();
   std::vector<std::string> accepted(names.begin(), names.end());
-  std::string values;
-  for (const std::string& name : accepted) values += (values.empty() ? "" : " | ") + name;
-  auto check = [accepted, values](const std::string& value) -> Status {
-    if (std::ranges::find(accepted, value) == accepted.end()) {
-      return invalid("must be one of " + values + ", got " + quoted(value));
+  value.values.clear();
+  for (const std::string& name : accepted) {
+    value.values += (value.values.empty() ? "" : " | ") + name;
+  }
+  value.check = [accepted, values = value.values](const std::string& name) -> Status {
+    if (std::ranges::find(accepted, name) == accepted.end()) {
+      return invalid("must be one of " + values + ", got " + quoted(name));
     }
     return {};
   };
-  return {
-      .values = values,
-      .parse = [](std::string_view text) -> Result<std::string> { return std::string(text); },
-      .check = check,
-      .format = [](const std::string& value) { return value; },
-  };
+  return value;
 }
 
 ConfigValue<DeviceLayout> device_layout() {

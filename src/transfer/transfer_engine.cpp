@@ -17,15 +17,25 @@ std::string_view to_string(Outcome o) {
   return "unknown";
 }
 
+// A stream that consecutive transfers of one direction share while it sees no fault, so they
+// run back to back without cross-stream hand-offs. It returns to the pool when its last
+// transfer is reported; one that saw a fault takes no new transfer and is never pooled (F6).
+struct TransferEngine::Lane {
+  StreamHandle stream;
+  size_t users = 0;         // transfers on it not yet reported
+  bool faulted = false;     // some transfer on it saw a device fault
+  bool unprovable = false;  // some transfer on it is Unprovable: quarantine (F7)
+};
+
 struct TransferEngine::Transfer {
   JobId job = 0;
   Direction direction = Direction::kStore;
   TimePoint deadline{};
-  StreamHandle stream{};
+  std::shared_ptr<Lane> lane;
   EventHandle fence{};  // recorded on the compute stream (F10)
   EventHandle end{};    // end marker, recorded after the last enqueued copy
   bool end_recorded = false;
-  bool holds_device_resources = false;  // stream, fence and end were acquired
+  bool holds_device_resources = false;  // lane, fence and end were acquired
   DescriptorBuffer buffer;
   size_t descriptors = 0;
   size_t enqueued = 0;  // descriptors handed to the device
@@ -110,7 +120,11 @@ void TransferEngine::submit(JobId job, Direction direction,
     return;
   }
 
-  t.stream = streams_.acquire();
+  auto& lane = lanes_[static_cast<int>(direction)];
+  if (!lane || lane->faulted) lane = std::make_shared<Lane>(Lane{.stream = streams_.acquire()});
+  t.lane = lane;
+  ++lane->users;
+  const StreamHandle stream = lane->stream;
   t.fence = events_.acquire();
   t.end = events_.acquire();
   t.holds_device_resources = true;
@@ -119,13 +133,16 @@ void TransferEngine::submit(JobId job, Direction direction,
   try {
     // F10: stores read KV the forward pass finished; loads land after earlier writes.
     device_.record(t.fence, compute_stream_);
-    device_.wait_event(t.stream, t.fence);
-    // F5: per-direction FIFO. The previous end marker is in flight (not pooled) until reported.
-    if (!fifo.empty() && fifo.back().end_recorded) device_.wait_event(t.stream, fifo.back().end);
+    device_.wait_event(stream, t.fence);
+    // F5: per-direction FIFO: on the same lane by stream order, across lanes by the previous
+    // end marker (in flight, not pooled, until reported).
+    if (!fifo.empty() && fifo.back().end_recorded && fifo.back().lane != t.lane) {
+      device_.wait_event(stream, fifo.back().end);
+    }
     for (size_t offset = 0; offset < all.size(); offset += cap) {
       const auto slice = all.subspan(offset, std::min(cap, all.size() - offset));
       ++stats_.copy_calls;
-      device_.copy_batch(t.stream, copy_kind(direction), slice);
+      device_.copy_batch(stream, copy_kind(direction), slice);
       t.enqueued += slice.size();
       stats_.descriptors_submitted += slice.size();
     }
@@ -139,7 +156,7 @@ void TransferEngine::submit(JobId job, Direction direction,
   // F5: the end marker goes on the (possibly failing) stream after the last enqueued copy, so
   // the job is reported only when every copy it enqueued has stopped.
   try {
-    device_.record(t.end, t.stream);
+    device_.record(t.end, stream);
     t.end_recorded = true;
   } catch (const DeviceFault& fault) {
     t.faulted = true;
@@ -148,6 +165,7 @@ void TransferEngine::submit(JobId job, Direction direction,
     // when the enqueued copies stop: Unprovable (F7).
     t.outcome = t.enqueued == 0 ? Outcome::kFailed : Outcome::kUnprovable;
   }
+  if (t.faulted) t.lane->faulted = true;
   fifo.push_back(std::move(t));
 }
 
@@ -180,40 +198,61 @@ void TransferEngine::decide(Transfer& t, bool poisoned) {
 }
 
 void TransferEngine::finish(Transfer& t) {
-  switch (*t.outcome) {
+  const Outcome outcome = *t.outcome;
+  if (outcome == Outcome::kCompleted) {
+    ++stats_.completed;
+    stats_.bytes_completed += t.bytes;
+  } else if (outcome == Outcome::kFailed) {
+    ++stats_.failed;
+  } else {
+    ++stats_.unprovable;
+    fail_stopped_ = true;
+    poisoned_[static_cast<int>(t.direction)] = true;
+  }
+  if (!t.holds_device_resources) {
+    // Failed before acquiring anything (poisoned direction): the buffer saw no fault.
+    buffers_.release(std::move(t.buffer));
+    return;
+  }
+  release_lane(t, outcome);
+  switch (outcome) {
     case Outcome::kCompleted:
-      ++stats_.completed;
-      stats_.bytes_completed += t.bytes;
-      streams_.release(t.stream);
       events_.release(t.fence);
       events_.release(t.end);
       buffers_.release(std::move(t.buffer));
       break;
     case Outcome::kFailed:
-      ++stats_.failed;
-      if (!t.holds_device_resources) {
-        // Failed before acquiring device resources (poisoned direction): nothing saw a fault.
-        buffers_.release(std::move(t.buffer));
-        break;
-      }
       // F6: the end marker completed (or nothing was enqueued), so nothing uses these any
       // more; they saw a fault, so they are destroyed, never pooled.
-      streams_.discard(t.stream);
       events_.discard(t.fence);
       events_.discard(t.end);
       buffers_.discard(std::move(t.buffer));
       break;
     case Outcome::kUnprovable:
-      ++stats_.unprovable;
-      fail_stopped_ = true;
-      poisoned_[static_cast<int>(t.direction)] = true;
       // F7: the device may still run these copies: keep everything they touch forever.
-      streams_.quarantine(t.stream);
       events_.quarantine(t.fence);
       events_.quarantine(t.end);
       buffers_.quarantine(std::move(t.buffer));
       break;
   }
+}
+
+void TransferEngine::release_lane(Transfer& t, Outcome outcome) {
+  Lane& lane = *t.lane;
+  if (outcome != Outcome::kCompleted) lane.faulted = true;
+  if (outcome == Outcome::kUnprovable) lane.unprovable = true;
+  if (--lane.users > 0) return;
+  // Every transfer on the lane has been reported: none of its copies can still run, unless
+  // one of them is Unprovable.
+  if (lane.unprovable) {
+    streams_.quarantine(lane.stream);
+  } else if (lane.faulted) {
+    streams_.discard(lane.stream);
+  } else {
+    streams_.release(lane.stream);
+  }
+  auto& current = lanes_[static_cast<int>(t.direction)];
+  if (current == t.lane) current.reset();
 }
 
 std::vector<TransferResult> TransferEngine::poll() {

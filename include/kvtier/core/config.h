@@ -9,9 +9,9 @@
 // A value is checked when it is read, so a bad value is an error even if a later source
 // overrides it. Unknown sections, fields and KVTIER_* variables are errors (they are typos).
 //
-// Every field is declared once, in the field table in config.cpp: its name, its doc, the values
-// it accepts and its rule; its default is its member initializer here. That table drives
-// parsing, overrides, validate(), to_yaml() and describe(); docs/config.md lists it.
+// Every field is declared once, in the field table in src/core/config_fields.cpp: its name, its
+// doc, the values it accepts and its rule; its default is its member initializer here. That table
+// drives parsing, overrides, validate(), to_yaml() and describe(); docs/config.md lists it.
 #pragma once
 
 #include <cstdint>
@@ -81,7 +81,8 @@ struct ConfigSources {
   std::vector<std::string> overrides;
 };
 
-// This process's KVTIER_* environment variables, for ConfigSources::env.
+// This process's KVTIER_* environment variables, for ConfigSources::env. Reads `environ`: not
+// safe while another thread calls setenv().
 std::map<std::string, std::string> kvtier_environment();
 
 // Defaults, then each source in order of precedence. Every error is kInvalidArgument and its

@@ -73,11 +73,13 @@ class HostDevice final : public Device {
   bool in_range(DeviceAddress addr, uint64_t bytes, bool device) const;  // requires mu_
   Stream& stream_locked(StreamHandle h);
   Event& event_locked(EventHandle h);
-  void enqueue(StreamHandle stream, Op op);
+  void enqueue(StreamHandle stream, Op op);      // requires mu_
+  void wake_waiters(uint32_t event);             // requires mu_
 
   const size_t max_descriptors_per_call_;
   mutable std::mutex mu_;
-  std::condition_variable changed_;  // any op queued or finished, event completed, block state
+  // Signalled when an op finishes or a stream blocks: synchronize() and quiesce() wait here.
+  std::condition_variable changed_;
   std::map<DeviceAddress, Range> ranges_;
   std::unordered_map<uint32_t, std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Stream>> retired_streams_;  // destroyed, thread draining

@@ -13,7 +13,8 @@
 //   every job queued behind it in that direction. After that, fail_stopped() is true and new
 //   submissions in that direction fail before enqueueing anything.
 // - Streams, events and descriptor buffers that saw a fault are discarded (Failed) or
-//   quarantined (Unprovable), never pooled (F6).
+//   quarantined (Unprovable), never pooled (F6). Consecutive transfers of a direction share a
+//   stream until it sees a fault; a faulted stream takes no new transfer.
 // - A store waits for all compute enqueued on the compute stream before submit (it reads
 //   finished KV); a load does too (it must land after earlier writes to its blocks) (F10).
 //
@@ -21,6 +22,7 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -86,10 +88,12 @@ class TransferEngine {
   Status audit() const;
 
  private:
+  struct Lane;
   struct Transfer;
 
   void decide(Transfer& t, bool poisoned);
   void finish(Transfer& t);
+  void release_lane(Transfer& t, Outcome outcome);
   Transfer* find(JobId job);
 
   Device& device_;
@@ -104,6 +108,7 @@ class TransferEngine {
   ResourcePool<EventHandle> events_;
   ResourcePool<DescriptorBuffer> buffers_;
   std::deque<Transfer> fifo_[2];  // indexed by Direction
+  std::shared_ptr<Lane> lanes_[2];  // the stream new transfers of a direction go on
   bool poisoned_[2] = {false, false};
   bool fail_stopped_ = false;
   TransferStats stats_;

@@ -25,6 +25,7 @@ struct HostDevice::Stream final : BlockedHook {
   bool blocked_on_gate = false;   // inside Gate::wait
   const Op* waiting = nullptr;    // a kWait op being executed
   bool stopping = false;
+  std::condition_variable cv;  // this stream's thread waits here (no thundering herd)
   std::thread thread;
 
   void set_blocked(bool blocked) override {
@@ -55,8 +56,10 @@ HostDevice::~HostDevice() {
     streams_.clear();
     for (auto& s : retired_streams_) all.push_back(std::move(s));
     retired_streams_.clear();
-    for (auto& s : all) s->stopping = true;
-    changed_.notify_all();
+    for (auto& s : all) {
+      s->stopping = true;
+      s->cv.notify_one();
+    }
   }
   for (auto& s : all) s->thread.join();
   for (auto& [addr, range] : ranges_) {
@@ -126,6 +129,7 @@ void HostDevice::destroy_stream(StreamHandle h) {
   auto it = streams_.find(h.id);
   if (it == streams_.end()) throw std::invalid_argument("HostDevice: unknown stream");
   it->second->stopping = true;
+  it->second->cv.notify_one();
   retired_streams_.push_back(std::move(it->second));
   streams_.erase(it);
   changed_.notify_all();
@@ -141,6 +145,7 @@ EventHandle HostDevice::create_event() {
 void HostDevice::destroy_event(EventHandle h) {
   std::lock_guard lock(mu_);
   if (events_.erase(h.id) == 0) throw std::invalid_argument("HostDevice: unknown event");
+  wake_waiters(h.id);  // a wait on a destroyed event is over
 }
 
 HostDevice::Stream& HostDevice::stream_locked(StreamHandle h) {
@@ -157,15 +162,24 @@ HostDevice::Event& HostDevice::event_locked(EventHandle h) {
 
 void HostDevice::enqueue(StreamHandle stream, Op op) {
   // Requires mu_.
-  stream_locked(stream).queue.push_back(std::move(op));
-  changed_.notify_all();
+  Stream& s = stream_locked(stream);
+  s.queue.push_back(std::move(op));
+  s.cv.notify_one();
 }
 
 void HostDevice::record(EventHandle event, StreamHandle stream) {
   std::lock_guard lock(mu_);
   Event& e = event_locked(event);
-  stream_locked(stream);  // validate before mutating the event
-  enqueue(stream, Op{.kind = Op::Kind::kRecord, .event = event.id, .generation = ++e.recorded});
+  Stream& s = stream_locked(stream);
+  ++e.recorded;
+  if (s.queue.empty() && !s.running) {
+    // Nothing is enqueued before it: the event is complete at once (no thread hand-off).
+    e.completed = e.recorded;
+    e.completed_at = SteadyClock::instance().now();
+    changed_.notify_all();
+    return;
+  }
+  enqueue(stream, Op{.kind = Op::Kind::kRecord, .event = event.id, .generation = e.recorded});
 }
 
 bool HostDevice::query(EventHandle event) {
@@ -196,9 +210,9 @@ double HostDevice::elapsed_ms(EventHandle start, EventHandle end) {
 void HostDevice::wait_event(StreamHandle stream, EventHandle event) {
   std::lock_guard lock(mu_);
   const Event& e = event_locked(event);
-  if (e.recorded == 0) {
+  if (e.completed >= e.recorded) {
     stream_locked(stream);
-    return;  // never recorded: nothing to wait for
+    return;  // never recorded, or already complete: nothing to wait for
   }
   enqueue(stream, Op{.kind = Op::Kind::kWait, .event = event.id, .generation = e.recorded});
 }
@@ -244,7 +258,7 @@ void HostDevice::run_stream(Stream* stream) {
   current_blocked_hook = stream;
   std::unique_lock lock(mu_);
   for (;;) {
-    changed_.wait(lock, [&] { return !stream->queue.empty() || stream->stopping; });
+    stream->cv.wait(lock, [&] { return !stream->queue.empty() || stream->stopping; });
     if (stream->queue.empty()) break;
     Op op = std::move(stream->queue.front());
     stream->queue.pop_front();
@@ -253,7 +267,7 @@ void HostDevice::run_stream(Stream* stream) {
       case Op::Kind::kWait: {
         stream->waiting = &op;
         changed_.notify_all();
-        changed_.wait(lock, [&] {
+        stream->cv.wait(lock, [&] {
           auto it = events_.find(op.event);
           return it == events_.end() || it->second->completed >= op.generation;
         });
@@ -266,6 +280,7 @@ void HostDevice::run_stream(Stream* stream) {
           it->second->completed = std::max(it->second->completed, op.generation);
           it->second->completed_at = SteadyClock::instance().now();
         }
+        wake_waiters(op.event);
         break;
       }
       case Op::Kind::kCopy:
@@ -284,6 +299,15 @@ void HostDevice::run_stream(Stream* stream) {
     }
     stream->running = false;
     changed_.notify_all();
+  }
+}
+
+void HostDevice::wake_waiters(uint32_t event) {
+  for (auto& [id, s] : streams_) {
+    if (s->waiting && s->waiting->event == event) s->cv.notify_one();
+  }
+  for (auto& s : retired_streams_) {
+    if (s->waiting && s->waiting->event == event) s->cv.notify_one();
   }
 }
 

@@ -1,0 +1,31 @@
+#include <iostream>
+
+#include "commands.h"
+#include "transfer_bench.h"
+
+namespace kvtier::cli {
+
+std::function<int()> add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Run a benchmark; ratios are measured side by side");
+  bench->require_subcommand(1);
+  CLI::App* transfer = bench->add_subcommand(
+      "transfer", "Transfer engine on the host device vs memcpy of the same descriptor list");
+  auto options = std::make_shared<bench::TransferBenchOptions>();
+  transfer->add_flag("--json", options->json, "Print JSON Lines instead of a table");
+  transfer->add_option("--total-mib", [options](const CLI::results_t& r) {
+                       options->total_bytes = std::stoul(r[0]) << 20;
+                       return true;
+                     }, "MiB moved per measurement (default 64)")
+      ->check(CLI::Range(1, 4096));
+  transfer->add_option("--repeat", options->repeat, "Measurements per side; best kept (default 5)")
+      ->check(CLI::Range(1, 100));
+  transfer->add_option("--max-batch-descriptors", options->max_batch_descriptors,
+                       "Descriptors per batch-copy call (default 8192)")
+      ->check(CLI::Range(1, 1 << 20));
+  return [transfer, options]() -> int {
+    if (transfer->parsed()) return bench::run_transfer_bench(*options, std::cout);
+    return 2;
+  };
+}
+
+}  // namespace kvtier::cli
