@@ -160,10 +160,11 @@ TEST(TransferContract, F5_PartialBatchFailureIsReportedOnlyAfterEnqueuedCopiesFi
 }
 
 TEST(TransferContract, F5_ResultsAreReportedInSubmissionOrderPerDirection) {
-  // Job 1 hangs; job 2 fails before enqueueing anything, so its result is known at once. It
-  // must still wait for job 1.
-  TransferRig rig(RigOptions{.plan = FaultPlan::rules({{.call = 0, .hang = true},
-                                                       {.call = 1, .fail_at = 0}})});
+  // Job 1 hangs; job 2 fails before enqueueing anything and cannot even record its end
+  // marker, so its result is known at submit. It must still wait for job 1.
+  TransferRig rig(RigOptions{.plan = FaultPlan::rules(
+                                 {{.call = 0, .hang = true},
+                                  {.call = 1, .fail_at = 0, .record_fails = true}})});
   rig.engine->submit(1, Direction::kStore, one_chunk(rig, 0, 0));
   rig.engine->submit(2, Direction::kStore, one_chunk(rig, 4, 1));
   rig.host.quiesce();
@@ -178,22 +179,28 @@ TEST(TransferContract, F5_ResultsAreReportedInSubmissionOrderPerDirection) {
 }
 
 TEST(TransferContract, F5_TransfersOfOneDirectionRunInSubmissionOrder) {
-  // Job 2 writes the same slot as job 1 with other bytes; it must not overtake job 1.
-  TransferRig rig(RigOptions{.plan = rule({.call = 0, .hang = true})});
+  // Job 1 fails at descriptor 2 after enqueueing 2 held copies; job 2, on a fresh stream
+  // (the faulted one takes no new work), writes the same slot. Job 2 must not overtake the
+  // copies job 1 left running, or they would overwrite its bytes.
+  TransferRig rig(RigOptions{.transfer = {.coalesce = false},
+                             .plan = rule({.call = 0, .fail_at = 2, .hang = true})});
   for (uint32_t j = 0; j < 4; ++j) {
     rig.write_block(j, 10 + j);
     rig.write_block(4 + j, 20 + j);
   }
-  auto second = one_chunk(rig, 4, 0);
   rig.engine->submit(1, Direction::kStore, one_chunk(rig, 0, 0));
-  rig.engine->submit(2, Direction::kStore, second);
+  rig.engine->submit(2, Direction::kStore, one_chunk(rig, 4, 0));
   rig.host.quiesce();
   EXPECT_TRUE(is_zero(rig.slot_ptr(0), rig.slot_bytes)) << "job 2 overtook the held job 1";
   rig.fault.release_hangs();
-  ASSERT_EQ(rig.drain().size(), 2u);
+  auto results = rig.drain();
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].outcome, Outcome::kFailed);
+  EXPECT_EQ(results[1].outcome, Outcome::kCompleted);
   rig.engine->submit(3, Direction::kLoad, one_chunk(rig, 8, 0));
   ASSERT_EQ(rig.drain().at(0).outcome, Outcome::kCompleted);
-  for (uint32_t j = 0; j < 4; ++j) EXPECT_TRUE(rig.block_has(8 + j, 20 + j));
+  for (uint32_t j = 0; j < 4; ++j) EXPECT_TRUE(rig.block_has(8 + j, 20 + j)) << "block " << j;
+  expect_audit(rig);
 }
 
 // ---- F6: faulted streams, events and buffers are never pooled.
