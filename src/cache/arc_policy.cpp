@@ -22,11 +22,16 @@ ArcPolicy::~ArcPolicy() = default;
 
 KeyList& ArcPolicy::list(List which) const {
   switch (which) {
-    case List::kT1: return *t1_;
-    case List::kT2: return *t2_;
-    case List::kB1: return *b1_;
-    case List::kB2: return *b2_;
-    case List::kNone: break;
+    case List::kT1:
+      return *t1_;
+    case List::kT2:
+      return *t2_;
+    case List::kB1:
+      return *b1_;
+    case List::kB2:
+      return *b2_;
+    case List::kNone:
+      break;
   }
   throw std::invalid_argument("ArcPolicy: List::kNone has no list");
 }
@@ -120,6 +125,8 @@ bool ArcPolicy::contains(const ChunkKey& key) const {
   return t1_->contains(key) || t2_->contains(key);
 }
 
-size_t ArcPolicy::size() const { return t1_->size() + t2_->size(); }
+size_t ArcPolicy::size() const {
+  return t1_->size() + t2_->size();
+}
 
 }  // namespace kvtier

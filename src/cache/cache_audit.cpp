@@ -13,10 +13,14 @@ enum class Holder { kNone, kFree, kQuarantined, kKey };
 
 std::string_view holder_text(Holder h) {
   switch (h) {
-    case Holder::kNone: return "nothing";
-    case Holder::kFree: return "the free list";
-    case Holder::kQuarantined: return "the quarantine";
-    case Holder::kKey: return "a key";
+    case Holder::kNone:
+      return "nothing";
+    case Holder::kFree:
+      return "the free list";
+    case Holder::kQuarantined:
+      return "the quarantine";
+    case Holder::kKey:
+      return "a key";
   }
   return "?";
 }
@@ -73,14 +77,14 @@ Status CacheManager::audit() const {
     }
   }
   if (policy_->size() != resident) {
-    return violation("eviction policy holds " + std::to_string(policy_->size()) +
-                     " keys, but " + std::to_string(resident) + " are ready");
+    return violation("eviction policy holds " + std::to_string(policy_->size()) + " keys, but " +
+                     std::to_string(resident) + " are ready");
   }
   if (pending != num_pending_ || pinned != num_pinned_ ||
       quarantined_ready != num_quarantined_ready_) {
     return violation("counts drifted: pending " + std::to_string(num_pending_) + " vs " +
-                     std::to_string(pending) + ", pinned " + std::to_string(num_pinned_) +
-                     " vs " + std::to_string(pinned) + ", quarantined ready " +
+                     std::to_string(pending) + ", pinned " + std::to_string(num_pinned_) + " vs " +
+                     std::to_string(pinned) + ", quarantined ready " +
                      std::to_string(num_quarantined_ready_) + " vs " +
                      std::to_string(quarantined_ready));
   }

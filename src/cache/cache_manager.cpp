@@ -8,12 +8,6 @@
 
 namespace kvtier {
 
-namespace {
-
-std::string slot_text(SlotId slot) { return "slot " + std::to_string(slot); }
-
-}  // namespace
-
 CacheManager::CacheManager(size_t num_slots, size_t slot_bytes,
                            std::unique_ptr<EvictionPolicy> policy)
     : num_slots_(num_slots), slot_bytes_(slot_bytes), policy_(std::move(policy)) {
@@ -216,6 +210,8 @@ CacheCounters CacheManager::counters() const {
   return c;
 }
 
-std::vector<CacheEvent> CacheManager::take_events() { return std::exchange(events_, {}); }
+std::vector<CacheEvent> CacheManager::take_events() {
+  return std::exchange(events_, {});
+}
 
 }  // namespace kvtier

@@ -16,7 +16,9 @@ namespace kvtier {
 
 namespace {
 
-std::string os_error(int err) { return std::system_category().message(err); }
+std::string os_error(int err) {
+  return std::system_category().message(err);
+}
 
 std::string size_text(size_t slot_bytes, size_t num_slots) {
   return std::to_string(num_slots) + " slots x " + std::to_string(slot_bytes) + " bytes";
@@ -24,14 +26,14 @@ std::string size_text(size_t slot_bytes, size_t num_slots) {
 
 Status check_sizes(size_t slot_bytes, size_t num_slots) {
   if (slot_bytes == 0 || num_slots == 0) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "host pool: slot_bytes and num_slots must be > 0, got " +
-                          size_text(slot_bytes, num_slots));
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        "host pool: slot_bytes and num_slots must be > 0, got " + size_text(slot_bytes, num_slots));
   }
   if (num_slots > std::numeric_limits<SlotId>::max()) {
-    return make_error(ErrorCode::kInvalidArgument, "host pool: num_slots " +
-                                                       std::to_string(num_slots) +
-                                                       " does not fit a SlotId");
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        "host pool: num_slots " + std::to_string(num_slots) + " does not fit a SlotId");
   }
   if (slot_bytes > std::numeric_limits<size_t>::max() / num_slots) {
     return make_error(ErrorCode::kInvalidArgument,
@@ -86,9 +88,9 @@ Result<std::unique_ptr<HostPool>> HostPool::create(Device& device, size_t slot_b
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) {
     const int err = errno;
-    return make_error(err == EEXIST ? ErrorCode::kFailedPrecondition
-                                    : ErrorCode::kResourceExhausted,
-                      "host pool: cannot create shared memory " + name + ": " + os_error(err));
+    return make_error(
+        err == EEXIST ? ErrorCode::kFailedPrecondition : ErrorCode::kResourceExhausted,
+        "host pool: cannot create shared memory " + name + ": " + os_error(err));
   }
   // From here the pool owns the name: any error below unlinks it.
   std::unique_ptr<HostPool> pool(new HostPool(device, slot_bytes, num_slots, name, true));
@@ -102,14 +104,13 @@ Result<std::unique_ptr<HostPool>> HostPool::create(Device& device, size_t slot_b
     close(fd);
     return make_error(ErrorCode::kResourceExhausted,
                       "host pool: cannot reserve " + std::to_string(pool->bytes()) + " bytes (" +
-                          size_text(slot_bytes, num_slots) + ") of shared memory " + name +
-                          ": " + os_error(err));
+                          size_text(slot_bytes, num_slots) + ") of shared memory " + name + ": " +
+                          os_error(err));
   }
   return map_and_register(std::move(pool), fd);
 }
 
-Result<std::unique_ptr<HostPool>> HostPool::open_existing(Device& device,
-                                                          std::string_view shm_name,
+Result<std::unique_ptr<HostPool>> HostPool::open_existing(Device& device, std::string_view shm_name,
                                                           size_t slot_bytes, size_t num_slots) {
   if (auto st = check_sizes(slot_bytes, num_slots); !st) return std::unexpected(st.error());
   if (auto st = check_name(shm_name); !st) return std::unexpected(st.error());
@@ -153,10 +154,9 @@ Result<std::unique_ptr<HostPool>> HostPool::map_and_register(std::unique_ptr<Hos
   try {
     pool->base_address_ = pool->device_.register_host(pool->base_, pool->bytes());
   } catch (const DeviceFault& fault) {
-    return make_error(ErrorCode::kDeviceFault, "host pool: " + pool->device_.name() +
-                                                   " cannot register " +
-                                                   std::to_string(pool->bytes()) +
-                                                   " bytes: " + fault.what());
+    return make_error(ErrorCode::kDeviceFault,
+                      "host pool: " + pool->device_.name() + " cannot register " +
+                          std::to_string(pool->bytes()) + " bytes: " + fault.what());
   }
   pool->registered_ = true;
   return pool;

@@ -9,11 +9,17 @@ namespace kvtier {
 LruPolicy::LruPolicy() : keys_(std::make_unique<cache_internal::KeyList>()) {}
 LruPolicy::~LruPolicy() = default;
 
-void LruPolicy::insert(const ChunkKey& key) { keys_->push_mru(key); }
+void LruPolicy::insert(const ChunkKey& key) {
+  keys_->push_mru(key);
+}
 
-void LruPolicy::touch(const ChunkKey& key) { keys_->move_to_mru(key); }
+void LruPolicy::touch(const ChunkKey& key) {
+  keys_->move_to_mru(key);
+}
 
-void LruPolicy::remove(const ChunkKey& key) { keys_->erase(key); }
+void LruPolicy::remove(const ChunkKey& key) {
+  keys_->erase(key);
+}
 
 std::vector<ChunkKey> LruPolicy::choose_victims(size_t n,
                                                 const EvictablePredicate& evictable) const {
@@ -28,8 +34,12 @@ void LruPolicy::evict(const ChunkKey& key) {
   if (!keys_->erase(key)) throw std::logic_error("LruPolicy::evict: not resident: " + key.hex());
 }
 
-bool LruPolicy::contains(const ChunkKey& key) const { return keys_->contains(key); }
+bool LruPolicy::contains(const ChunkKey& key) const {
+  return keys_->contains(key);
+}
 
-size_t LruPolicy::size() const { return keys_->size(); }
+size_t LruPolicy::size() const {
+  return keys_->size();
+}
 
 }  // namespace kvtier

@@ -33,8 +33,7 @@ class HostPool {
   // name exists, kResourceExhausted when the memory cannot be had, kDeviceFault when the device
   // refuses the registration with a DeviceFault. Each names the size or name that failed.
   static Result<std::unique_ptr<HostPool>> create(Device& device, size_t slot_bytes,
-                                                  size_t num_slots,
-                                                  std::string_view shm_name = "");
+                                                  size_t num_slots, std::string_view shm_name = "");
 
   // Maps, read/write, the shared-memory object a pool in another process created with the same
   // name, slot_bytes and num_slots, and registers it with `device`. The object's size must be
@@ -63,8 +62,7 @@ class HostPool {
  private:
   HostPool(Device& device, size_t slot_bytes, size_t num_slots, std::string shm_name,
            bool owns_name);
-  static Result<std::unique_ptr<HostPool>> map_and_register(std::unique_ptr<HostPool> pool,
-                                                            int fd);
+  static Result<std::unique_ptr<HostPool>> map_and_register(std::unique_ptr<HostPool> pool, int fd);
   void check_slot(SlotId slot) const;
 
   Device& device_;
