@@ -5,7 +5,7 @@
 
 namespace kvtier::cli {
 
-std::function<int()> add_bench_command(CLI::App& app) {
+Action add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Run a benchmark; ratios are measured side by side");
   bench->require_subcommand(1);
   CLI::App* transfer = bench->add_subcommand(
@@ -19,12 +19,10 @@ std::function<int()> add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   transfer->add_option("--repeat", options->repeat, "Measurements per side; best kept (default 5)")
       ->check(CLI::Range(1, 100));
-  transfer->add_option("--max-batch-descriptors", options->max_batch_descriptors,
-                       "Descriptors per batch-copy call (default 8192)")
-      ->check(CLI::Range(1, 1 << 20));
-  return [transfer, options]() -> int {
-    if (transfer->parsed()) return bench::run_transfer_bench(*options, std::cout);
-    return 2;
+  return [transfer, options](const Config& config) -> int {
+    if (!transfer->parsed()) return -1;
+    options->max_batch_descriptors = config.transfer.max_batch_descriptors;
+    return bench::run_transfer_bench(*options, std::cout);
   };
 }
 

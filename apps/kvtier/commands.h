@@ -1,13 +1,19 @@
-// Subcommands of the kvtier CLI. Each adds itself to the parser and runs when selected.
+// Subcommands of the kvtier CLI. Each adds itself to the parser and returns the action to run
+// if it was selected; actions get the effective configuration (defaults < --config file <
+// KVTIER_* environment < --set).
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <functional>
 
+#include "kvtier/core/config.h"
+
 namespace kvtier::cli {
 
-// Returns the action to run if the subcommand was selected.
-std::function<int()> add_bench_command(CLI::App& app);
+using Action = std::function<int(const Config&)>;
+
+Action add_bench_command(CLI::App& app);
+Action add_config_command(CLI::App& app);
 
 }  // namespace kvtier::cli

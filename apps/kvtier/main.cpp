@@ -10,14 +10,31 @@ int main(int argc, char** argv) {
   CLI::App app{"kvtier: a KV-cache offload engine for LLM inference"};
   app.set_version_flag("--version", "kvtier 0.1.0");
   app.require_subcommand(1);
-  auto bench = kvtier::cli::add_bench_command(app);
+  kvtier::ConfigSources sources;
+  std::string config_path;
+  app.add_option("--config", config_path, "YAML configuration file (see docs/config.md)");
+  app.add_option("--set", sources.overrides,
+                 "Override one field, e.g. --set transfer.max_batch_descriptors=1024 "
+                 "(repeatable; wins over the file and KVTIER_* variables)");
+  const kvtier::cli::Action actions[] = {kvtier::cli::add_bench_command(app),
+                                         kvtier::cli::add_config_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (!config_path.empty()) sources.yaml_path = config_path;
+  sources.env = kvtier::kvtier_environment();
+  const auto config = kvtier::load_config(sources);
+  if (!config) {
+    std::cerr << "kvtier: configuration: " << config.error().message << "\n";
+    return 2;
+  }
   try {
-    return bench();
+    for (const auto& action : actions) {
+      if (int rc = action(*config); rc >= 0) return rc;
+    }
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "kvtier: " << e.what() << "\n";
     return 1;

@@ -17,6 +17,13 @@ std::string_view to_string(Outcome o) {
   return "unknown";
 }
 
+TransferOptions transfer_options(const TransferConfig& config) {
+  return TransferOptions{.deadline = seconds_to_duration(config.transfer_deadline_s),
+                         .max_batch_descriptors = config.max_batch_descriptors,
+                         .coalesce = config.coalesce,
+                         .query_fault_limit = config.query_fault_limit};
+}
+
 // A stream that consecutive transfers of one direction share while it sees no fault, so they
 // run back to back without cross-stream hand-offs. It returns to the pool when its last
 // transfer is reported; one that saw a fault takes no new transfer and is never pooled (F6).

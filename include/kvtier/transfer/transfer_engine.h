@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kvtier/core/clock.h"
+#include "kvtier/core/config.h"
 #include "kvtier/core/kv_layout.h"
 #include "kvtier/core/status.h"
 #include "kvtier/device/device.h"
@@ -43,6 +44,9 @@ struct TransferOptions {
   bool coalesce = true;
   uint32_t query_fault_limit = 3;  // faulted queries of one end marker before Unprovable
 };
+
+// The engine's options as the `transfer` config section sets them.
+TransferOptions transfer_options(const TransferConfig& config);
 
 struct TransferStats {
   uint64_t submitted = 0;
