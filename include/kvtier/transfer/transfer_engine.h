@@ -6,7 +6,9 @@
 //   reports results in submission order per direction (F5).
 // - Every submitted job gets exactly one TransferResult from poll() (F1). A DeviceFault at
 //   submit, while polled, or while waited for becomes that job's Failed or Unprovable outcome;
-//   any other exception propagates unchanged from the call that raised it (F2).
+//   any other exception propagates unchanged from the call that raised it (F2). Such an
+//   exception is a bug in the caller or the device: the engine is then in an unspecified
+//   state and the process should treat it as fatal.
 // - A failure is reported only once the end marker recorded after the last enqueued copy
 //   completed (F5); a job whose end marker could not be recorded, whose end marker keeps
 //   raising on query, or that is not done by its deadline is Unprovable (F7, F8), and so is
