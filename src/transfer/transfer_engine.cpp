@@ -48,6 +48,7 @@ struct TransferEngine::Transfer {
   size_t enqueued = 0;  // descriptors handed to the device
   uint64_t bytes = 0;
   bool faulted = false;  // a device fault was seen; outcome can be Failed at best
+  bool sticky = false;   // the fault poisoned the device context
   uint32_t query_faults = 0;
   std::string error;
   std::optional<Outcome> outcome;
@@ -115,19 +116,30 @@ void TransferEngine::submit(JobId job, Direction direction,
   }
   t.descriptors = t.buffer->size();
   for (const CopyDescriptor& d : *t.buffer) t.bytes += d.bytes;
-  ++stats_.submitted;
+  const int d = static_cast<int>(direction);
 
-  if (poisoned_[static_cast<int>(direction)]) {
-    // Nothing is enqueued: safe to fail, and reported behind the Unprovable head.
+  if (closed_[d]) {
+    // Nothing is enqueued: safe to fail, and reported behind the Unprovable transfer.
     t.faulted = true;
     t.error = "not submitted: an earlier " + std::string(to_string(direction)) +
               " transfer is unprovable (fail-stop)";
     t.outcome = Outcome::kFailed;
+    ++stats_.submitted;
     fifo.push_back(std::move(t));
     return;
   }
 
-  auto& lane = lanes_[static_cast<int>(direction)];
+  // F5: per-direction FIFO. A transfer on the same lane is ordered by its stream; otherwise it
+  // waits for the newest end marker still in flight, which completes only after every earlier
+  // transfer of the direction (each waited for its predecessor the same way).
+  const Transfer* predecessor = nullptr;
+  for (auto it = fifo.rbegin(); it != fifo.rend(); ++it) {
+    if (it->end_recorded) {
+      predecessor = &*it;
+      break;
+    }
+  }
+  auto& lane = lanes_[d];
   if (!lane || lane->faulted) lane = std::make_shared<Lane>(Lane{.stream = streams_.acquire()});
   t.lane = lane;
   ++lane->users;
@@ -138,48 +150,75 @@ void TransferEngine::submit(JobId job, Direction direction,
   const size_t cap = std::min(options_.max_batch_descriptors, device_.max_descriptors_per_call());
   const std::span<const CopyDescriptor> all(*t.buffer);
   try {
-    // F10: stores read KV the forward pass finished; loads land after earlier writes.
-    device_.record(t.fence, compute_stream_);
-    device_.wait_event(stream, t.fence);
-    // F5: per-direction FIFO: on the same lane by stream order, across lanes by the previous
-    // end marker (in flight, not pooled, until reported).
-    if (!fifo.empty() && fifo.back().end_recorded && fifo.back().lane != t.lane) {
-      device_.wait_event(stream, fifo.back().end);
+    size_t slice_size = 0;
+    try {
+      // F10: stores read KV the forward pass finished; loads land after earlier writes.
+      device_.record(t.fence, compute_stream_);
+      device_.wait_event(stream, t.fence);
+      if (predecessor && predecessor->lane != t.lane) device_.wait_event(stream, predecessor->end);
+      for (size_t offset = 0; offset < all.size(); offset += cap) {
+        slice_size = std::min(cap, all.size() - offset);
+        ++stats_.copy_calls;
+        device_.copy_batch(stream, copy_kind(direction), all.subspan(offset, slice_size));
+        t.enqueued += slice_size;
+        stats_.descriptors_submitted += slice_size;
+        slice_size = 0;  // a fault from here on is before the next slice
+      }
+    } catch (const DeviceFault& fault) {
+      t.faulted = true;
+      t.sticky = fault.sticky();
+      t.error = std::string("submit: ") + fault.what();
+      // Without an index, assume the whole slice may have been enqueued.
+      const size_t partial = fault.descriptor_index().value_or(slice_size);
+      t.enqueued += partial;
+      stats_.descriptors_submitted += partial;
     }
-    for (size_t offset = 0; offset < all.size(); offset += cap) {
-      const auto slice = all.subspan(offset, std::min(cap, all.size() - offset));
-      ++stats_.copy_calls;
-      device_.copy_batch(stream, copy_kind(direction), slice);
-      t.enqueued += slice.size();
-      stats_.descriptors_submitted += slice.size();
+    // F5: the end marker goes on the (possibly failing) stream after the last enqueued copy,
+    // so the job is reported only when every copy it enqueued has stopped.
+    try {
+      device_.record(t.end, stream);
+      t.end_recorded = true;
+    } catch (const DeviceFault& fault) {
+      t.faulted = true;
+      t.sticky = t.sticky || fault.sticky();
+      t.error += (t.error.empty() ? "" : "; ") + std::string("end marker: ") + fault.what();
+      // With no copy enqueued nothing of this job can run: Failed. Otherwise nobody can tell
+      // when the enqueued copies stop: Unprovable (F7).
+      t.outcome = t.enqueued == 0 ? Outcome::kFailed : Outcome::kUnprovable;
     }
-  } catch (const DeviceFault& fault) {
-    t.faulted = true;
-    t.error = std::string("submit: ") + fault.what();
-    const size_t partial = fault.descriptor_index().value_or(0);
-    t.enqueued += partial;
-    stats_.descriptors_submitted += partial;
-  }
-  // F5: the end marker goes on the (possibly failing) stream after the last enqueued copy, so
-  // the job is reported only when every copy it enqueued has stopped.
-  try {
-    device_.record(t.end, stream);
-    t.end_recorded = true;
-  } catch (const DeviceFault& fault) {
-    t.faulted = true;
-    t.error += (t.error.empty() ? "" : "; ") + std::string("end marker: ") + fault.what();
-    // With no copy enqueued nothing of this job can run: Failed. Otherwise nobody can tell
-    // when the enqueued copies stop: Unprovable (F7).
-    t.outcome = t.enqueued == 0 ? Outcome::kFailed : Outcome::kUnprovable;
+  } catch (...) {
+    // Not a device fault (F2): propagate unchanged. Copies may be enqueued and will read the
+    // descriptor buffer, so everything this job holds is kept forever and the direction
+    // takes no more work.
+    t.lane->faulted = t.lane->unprovable = true;
+    release_lane(t, Outcome::kUnprovable);
+    events_.quarantine(t.fence);
+    events_.quarantine(t.end);
+    buffers_.quarantine(std::move(t.buffer));
+    fail_stop(direction, false);
+    throw;
   }
   if (t.faulted) t.lane->faulted = true;
+  if (t.sticky) t.outcome = Outcome::kUnprovable;  // the device context is lost (F7)
+  if (t.outcome == Outcome::kUnprovable) fail_stop(direction, t.sticky);
+  ++stats_.submitted;
   fifo.push_back(std::move(t));
+}
+
+void TransferEngine::fail_stop(Direction direction, bool whole_device) {
+  fail_stopped_ = true;
+  closed_[static_cast<int>(direction)] = true;
+  if (whole_device) {
+    // Nothing on the device can be shown to have stopped: every transfer in flight, in both
+    // directions, is Unprovable.
+    closed_[0] = closed_[1] = poisoned_[0] = poisoned_[1] = true;
+  }
 }
 
 void TransferEngine::decide(Transfer& t, bool poisoned) {
   if (t.outcome) return;
   if (poisoned) {
-    t.error = "queued behind an unprovable transfer";
+    t.error += (t.error.empty() ? "" : "; ") + std::string("queued behind an unprovable transfer");
     t.outcome = Outcome::kUnprovable;
     return;
   }
@@ -188,10 +227,12 @@ void TransferEngine::decide(Transfer& t, bool poisoned) {
     done = device_.query(t.end);
   } catch (const DeviceFault& fault) {
     t.faulted = true;
-    t.error = std::string("query: ") + fault.what();
-    if (++t.query_faults >= options_.query_fault_limit) {
-      t.error += " (device keeps erroring)";
+    t.lane->faulted = true;  // F6: no new transfer goes on this stream
+    t.error += (t.error.empty() ? "" : "; ") + std::string("query: ") + fault.what();
+    if (fault.sticky() || ++t.query_faults >= options_.query_fault_limit) {
+      t.error += fault.sticky() ? " (sticky)" : " (device keeps erroring)";
       t.outcome = Outcome::kUnprovable;
+      fail_stop(t.direction, fault.sticky());
       return;
     }
   }
@@ -201,6 +242,7 @@ void TransferEngine::decide(Transfer& t, bool poisoned) {
     // F8: a timeout never authorizes reuse of a buffer.
     t.error += (t.error.empty() ? "" : "; ") + std::string("deadline exceeded");
     t.outcome = Outcome::kUnprovable;
+    fail_stop(t.direction, false);
   }
 }
 
@@ -213,8 +255,8 @@ void TransferEngine::finish(Transfer& t) {
     ++stats_.failed;
   } else {
     ++stats_.unprovable;
-    fail_stopped_ = true;
-    poisoned_[static_cast<int>(t.direction)] = true;
+    fail_stop(t.direction, false);
+    poisoned_[static_cast<int>(t.direction)] = true;  // for the transfers queued behind it
   }
   if (!t.holds_device_resources) {
     // Failed before acquiring anything (poisoned direction): the buffer saw no fault.
@@ -291,7 +333,8 @@ void TransferEngine::wait(std::span<const JobId> jobs) {
       } catch (const DeviceFault& fault) {
         // F1: a fault while waiting is reported by the next poll, not raised.
         t->faulted = true;
-        t->error = std::string("wait: ") + fault.what();
+        t->lane->faulted = true;
+        t->error += (t->error.empty() ? "" : "; ") + std::string("wait: ") + fault.what();
         ++t->query_faults;
         break;
       }

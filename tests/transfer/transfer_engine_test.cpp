@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "support/transfer_rig.h"
 
 namespace kvtier {
@@ -110,12 +112,14 @@ TEST(TransferEngine, CompletedTransfersReuseStreamsEventsAndBuffers) {
 }
 
 TEST(TransferEngine, WaitBlocksUntilTheJobsCopiesFinished) {
-  TransferRig rig(RigOptions{.plan = FaultPlan::rules({FaultRule{.call = 0, .delay = std::chrono::milliseconds(20)}})});
+  TransferRig rig(RigOptions{.plan = FaultPlan::rules({FaultRule{.call = 0, .hang = true}})});
   rig.write_block(0, 5);
   const std::vector<ChunkTransfer> chunks{rig.chunk(0, 0)};
   rig.engine->submit(1, Direction::kStore, chunks);
+  std::thread releaser([&] { rig.fault.release_hangs(); });  // before or during wait()
   const JobId jobs[] = {1};
   rig.engine->wait(jobs);
+  releaser.join();
   // wait() returned: the copies finished, so poll reports it without any device progress.
   auto results = rig.engine->poll();
   ASSERT_EQ(results.size(), 1u);

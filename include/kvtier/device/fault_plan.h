@@ -30,6 +30,8 @@ struct FaultRule {
   bool record_fails = false;
   // Raise std::logic_error instead of enqueueing anything: not a device fault (F2).
   bool non_device_error = false;
+  // The submit failure is sticky: it poisons the device context (CUDA illegal address).
+  bool sticky = false;
 
   static constexpr uint32_t kForever = std::numeric_limits<uint32_t>::max();
 };

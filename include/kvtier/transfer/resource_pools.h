@@ -40,15 +40,17 @@ class ResourcePool {
   ResourcePool& operator=(const ResourcePool&) = delete;
 
   Resource acquire() {
-    ++counts_.in_use;
     if (!free_.empty()) {
       Resource r = std::move(free_.back());
       free_.pop_back();
       --counts_.pooled;
+      ++counts_.in_use;
       return r;
     }
+    Resource r = create_();  // may throw: counted only once it exists
     ++counts_.created;
-    return create_();
+    ++counts_.in_use;
+    return r;
   }
   // Only for a resource that saw no fault.
   void release(Resource r) {

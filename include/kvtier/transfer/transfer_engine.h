@@ -100,6 +100,9 @@ class TransferEngine {
   void decide(Transfer& t, bool poisoned);
   void finish(Transfer& t);
   void release_lane(Transfer& t, Outcome outcome);
+  // An Unprovable was decided: the direction (or, for a sticky fault, the whole device) takes
+  // no new work, and fail_stopped() turns true at once.
+  void fail_stop(Direction direction, bool whole_device);
   Transfer* find(JobId job);
 
   Device& device_;
@@ -115,7 +118,8 @@ class TransferEngine {
   ResourcePool<DescriptorBuffer> buffers_;
   std::deque<Transfer> fifo_[2];  // indexed by Direction
   std::shared_ptr<Lane> lanes_[2];  // the stream new transfers of a direction go on
-  bool poisoned_[2] = {false, false};
+  bool closed_[2] = {false, false};    // new submissions fail before enqueueing anything
+  bool poisoned_[2] = {false, false};  // in-flight transfers not yet decided are Unprovable
   bool fail_stopped_ = false;
   TransferStats stats_;
 };

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <set>
 #include <stdexcept>
 
 #include "kvtier/device/gate.h"
@@ -25,6 +26,7 @@ struct HostDevice::Stream final : BlockedHook {
   bool blocked_on_gate = false;   // inside Gate::wait
   const Op* waiting = nullptr;    // a kWait op being executed
   bool stopping = false;
+  bool exited = false;  // the thread left run_stream: join() returns at once
   std::condition_variable cv;  // this stream's thread waits here (no thundering herd)
   std::thread thread;
 
@@ -36,9 +38,11 @@ struct HostDevice::Stream final : BlockedHook {
 };
 
 struct HostDevice::Event {
-  uint64_t recorded = 0;   // generation of the most recent record()
-  uint64_t completed = 0;  // highest generation whose record executed
+  uint64_t recorded = 0;            // generation of the most recent record()
+  std::set<uint64_t> pending;       // generations recorded and not yet reached by their stream
   TimePoint completed_at{};
+
+  bool done(uint64_t generation) const { return !pending.contains(generation); }
 };
 
 HostDevice::HostDevice(size_t max_descriptors_per_call)
@@ -131,6 +135,12 @@ void HostDevice::destroy_stream(StreamHandle h) {
   it->second->stopping = true;
   it->second->cv.notify_one();
   retired_streams_.push_back(std::move(it->second));
+  // Reap streams whose threads finished, so discarded streams do not accumulate.
+  std::erase_if(retired_streams_, [](std::unique_ptr<Stream>& r) {
+    if (!r->exited) return false;
+    r->thread.join();
+    return true;
+  });
   streams_.erase(it);
   changed_.notify_all();
 }
@@ -146,6 +156,7 @@ void HostDevice::destroy_event(EventHandle h) {
   std::lock_guard lock(mu_);
   if (events_.erase(h.id) == 0) throw std::invalid_argument("HostDevice: unknown event");
   wake_waiters(h.id);  // a wait on a destroyed event is over
+  changed_.notify_all();
 }
 
 HostDevice::Stream& HostDevice::stream_locked(StreamHandle h) {
@@ -174,18 +185,18 @@ void HostDevice::record(EventHandle event, StreamHandle stream) {
   ++e.recorded;
   if (s.queue.empty() && !s.running) {
     // Nothing is enqueued before it: the event is complete at once (no thread hand-off).
-    e.completed = e.recorded;
     e.completed_at = SteadyClock::instance().now();
     changed_.notify_all();
     return;
   }
+  e.pending.insert(e.recorded);
   enqueue(stream, Op{.kind = Op::Kind::kRecord, .event = event.id, .generation = e.recorded});
 }
 
 bool HostDevice::query(EventHandle event) {
   std::lock_guard lock(mu_);
   const Event& e = event_locked(event);
-  return e.completed >= e.recorded;
+  return e.done(e.recorded);
 }
 
 void HostDevice::synchronize(EventHandle event) {
@@ -193,7 +204,7 @@ void HostDevice::synchronize(EventHandle event) {
   const uint64_t awaited = event_locked(event).recorded;
   changed_.wait(lock, [&] {
     auto it = events_.find(event.id);
-    return it == events_.end() || it->second->completed >= awaited;
+    return it == events_.end() || it->second->done(awaited);
   });
 }
 
@@ -201,7 +212,7 @@ double HostDevice::elapsed_ms(EventHandle start, EventHandle end) {
   std::lock_guard lock(mu_);
   const Event& s = event_locked(start);
   const Event& e = event_locked(end);
-  if (s.completed < s.recorded || e.completed < e.recorded || s.recorded == 0 || e.recorded == 0) {
+  if (!s.done(s.recorded) || !e.done(e.recorded) || s.recorded == 0 || e.recorded == 0) {
     throw std::logic_error("HostDevice::elapsed_ms: events not recorded and completed");
   }
   return std::chrono::duration<double, std::milli>(e.completed_at - s.completed_at).count();
@@ -210,7 +221,7 @@ double HostDevice::elapsed_ms(EventHandle start, EventHandle end) {
 void HostDevice::wait_event(StreamHandle stream, EventHandle event) {
   std::lock_guard lock(mu_);
   const Event& e = event_locked(event);
-  if (e.completed >= e.recorded) {
+  if (e.done(e.recorded)) {
     stream_locked(stream);
     return;  // never recorded, or already complete: nothing to wait for
   }
@@ -259,7 +270,11 @@ void HostDevice::run_stream(Stream* stream) {
   std::unique_lock lock(mu_);
   for (;;) {
     stream->cv.wait(lock, [&] { return !stream->queue.empty() || stream->stopping; });
-    if (stream->queue.empty()) break;
+    if (stream->queue.empty()) {
+      stream->exited = true;
+      changed_.notify_all();
+      break;
+    }
     Op op = std::move(stream->queue.front());
     stream->queue.pop_front();
     stream->running = true;
@@ -269,7 +284,7 @@ void HostDevice::run_stream(Stream* stream) {
         changed_.notify_all();
         stream->cv.wait(lock, [&] {
           auto it = events_.find(op.event);
-          return it == events_.end() || it->second->completed >= op.generation;
+          return it == events_.end() || it->second->done(op.generation);
         });
         stream->waiting = nullptr;
         break;
@@ -277,7 +292,7 @@ void HostDevice::run_stream(Stream* stream) {
       case Op::Kind::kRecord: {
         auto it = events_.find(op.event);
         if (it != events_.end()) {
-          it->second->completed = std::max(it->second->completed, op.generation);
+          it->second->pending.erase(op.generation);
           it->second->completed_at = SteadyClock::instance().now();
         }
         wake_waiters(op.event);
@@ -317,7 +332,7 @@ void HostDevice::quiesce() {
     if (s.blocked_on_gate) return true;
     if (s.waiting) {
       auto it = events_.find(s.waiting->event);
-      return it != events_.end() && it->second->completed < s.waiting->generation;
+      return it != events_.end() && !it->second->done(s.waiting->generation);
     }
     return s.queue.empty() && !s.running;
   };
