@@ -30,6 +30,12 @@ LookupState CacheManager::state(const ChunkKey& key) const {
   return it->second.state == KeyState::kReady ? LookupState::kHit : LookupState::kPending;
 }
 
+std::optional<SlotId> CacheManager::slot_of(const ChunkKey& key) const {
+  auto it = index_.find(key);
+  if (it == index_.end()) return std::nullopt;
+  return it->second.slot;
+}
+
 LookupResult CacheManager::lookup(std::span<const ChunkKey> keys) {
   LookupResult result;
   while (result.hit_chunks < keys.size()) {

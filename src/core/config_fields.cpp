@@ -53,6 +53,7 @@ const std::vector<Field>& config_fields() {
   static const std::vector<Field> table = [] {
     constexpr Section<TransferConfig> transfer{"transfer", &Config::transfer};
     constexpr Section<CacheConfig> cache{"cache", &Config::cache};
+    constexpr Section<ConnectorConfig> connector{"connector", &Config::connector};
     constexpr Section<LayoutConfig> layout{"layout", &Config::layout};
     constexpr uint32_t kMaxU32 = std::numeric_limits<uint32_t>::max();
     return std::vector<Field>{
@@ -84,6 +85,12 @@ const std::vector<Field>& config_fields() {
         cache.field("shm_name", &CacheConfig::shm_name, text(),
                     "Name of the POSIX shared-memory object that backs the host pool; empty for "
                     "anonymous memory."),
+        connector.field("store_decode", &ConnectorConfig::store_decode, boolean(),
+                        "Store chunks of generated tokens too, not only chunks of the prompt."),
+        connector.field("store_threshold", &ConnectorConfig::store_threshold,
+                        integer_in(1, kMaxU32),
+                        "Lookups (by any request) that must have asked for a chunk before it is "
+                        "stored; 1 stores every chunk a request computes."),
         layout.field("device_layout", &LayoutConfig::device_layout, device_layout(),
                      "Shape of the KV tensors on the device: one tensor per layer, or one tensor "
                      "whose blocks hold every layer."),

@@ -60,10 +60,12 @@ std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
     }
     const KvGroup& g = layout.groups[chunk.group];
     const GroupCacheAddresses& cache = caches.groups[chunk.group];
-    if (chunk.blocks.size() != g.blocks_per_chunk) {
+    if (chunk.first_block >= g.blocks_per_chunk ||
+        chunk.blocks.size() != g.blocks_per_chunk - chunk.first_block) {
       throw std::invalid_argument("chunk transfer: " + std::to_string(chunk.blocks.size()) +
-                                  " blocks, a chunk of group " + std::to_string(chunk.group) +
-                                  " has " + std::to_string(g.blocks_per_chunk));
+                                  " blocks from block " + std::to_string(chunk.first_block) +
+                                  ", a chunk of group " + std::to_string(chunk.group) + " has " +
+                                  std::to_string(g.blocks_per_chunk));
     }
     if (chunk.slot >= slots.num_slots) {
       throw std::invalid_argument("chunk transfer: slot " + std::to_string(chunk.slot) +
@@ -80,16 +82,16 @@ std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
       const uint64_t piece = g.layer_block_bytes();
       for (uint32_t l = 0; l < g.layers; ++l) {
         const DeviceAddress host_layer = slot + uint64_t{l} * g.blocks_per_chunk * piece;
-        for (uint32_t j = 0; j < g.blocks_per_chunk; ++j) {
-          append(out, cache.bases[l] + chunk.blocks[j] * piece, host_layer + j * piece, piece,
-                 direction, coalesce);
+        for (uint32_t j = chunk.first_block; j < g.blocks_per_chunk; ++j) {
+          append(out, cache.bases[l] + chunk.blocks[j - chunk.first_block] * piece,
+                 host_layer + j * piece, piece, direction, coalesce);
         }
       }
     } else {
       const uint64_t piece = g.block_bytes();
-      for (uint32_t j = 0; j < g.blocks_per_chunk; ++j) {
-        append(out, cache.bases[0] + chunk.blocks[j] * piece, slot + j * piece, piece, direction,
-               coalesce);
+      for (uint32_t j = chunk.first_block; j < g.blocks_per_chunk; ++j) {
+        append(out, cache.bases[0] + chunk.blocks[j - chunk.first_block] * piece,
+               slot + j * piece, piece, direction, coalesce);
       }
     }
   }

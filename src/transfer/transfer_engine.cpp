@@ -345,6 +345,24 @@ void TransferEngine::wait(std::span<const JobId> jobs) {
   }
 }
 
+bool TransferEngine::fence_compute(std::span<const JobId> jobs) {
+  bool fenced = true;
+  for (JobId job : jobs) {
+    const Transfer* t = find(job);
+    if (!t || t->enqueued == 0) continue;
+    if (!t->end_recorded) {
+      fenced = false;
+      continue;
+    }
+    try {
+      device_.wait_event(compute_stream_, t->end);
+    } catch (const DeviceFault&) {
+      fenced = false;
+    }
+  }
+  return fenced;
+}
+
 size_t TransferEngine::in_flight() const { return fifo_[0].size() + fifo_[1].size(); }
 
 TransferStats TransferEngine::stats() const {

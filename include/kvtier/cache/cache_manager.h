@@ -72,6 +72,8 @@ class CacheManager {
   size_t slot_bytes() const { return slot_bytes_; }
 
   LookupState state(const ChunkKey& key) const;
+  // The slot of a pending or ready key; nullopt when absent. For checks and diagnostics.
+  std::optional<SlotId> slot_of(const ChunkKey& key) const;
 
   // Counts the leading ready keys. A pending key is never a hit. Does not change recency; the
   // caller touches the keys it uses.

@@ -45,6 +45,14 @@ struct CacheConfig {
   bool operator==(const CacheConfig&) const = default;
 };
 
+// What the connector stores (its scheduler side).
+struct ConnectorConfig {
+  bool store_decode = false;
+  uint32_t store_threshold = 1;
+
+  bool operator==(const ConnectorConfig&) const = default;
+};
+
 // The single KV-cache group the foundation uses.
 struct LayoutConfig {
   DeviceLayout device_layout = DeviceLayout::kPerLayer;
@@ -61,6 +69,7 @@ struct LayoutConfig {
 struct Config {
   TransferConfig transfer;
   CacheConfig cache;
+  ConnectorConfig connector;
   LayoutConfig layout;
 
   // Every field within its rule and the layout valid; for configurations built in code (a

@@ -37,11 +37,15 @@ struct HostSlots {
   uint32_t num_slots = 0;
 };
 
-// One chunk: `blocks` (exactly blocks_per_chunk device block ids of `group`) <-> `slot`.
+// One chunk of `group` <-> `slot`. `blocks` are the device block ids of the chunk's blocks
+// [first_block, blocks_per_chunk): a load whose leading blocks are already on the device (a
+// device prefix-cache hit that ends inside the chunk) copies only the rest. Stores copy whole
+// chunks (first_block = 0).
 struct ChunkTransfer {
   uint32_t group = 0;
   std::vector<uint32_t> blocks;
   uint32_t slot = 0;
+  uint32_t first_block = 0;
 };
 
 // Builds the descriptors for `chunks`, in chunk order. With `coalesce`, a run of pieces that is

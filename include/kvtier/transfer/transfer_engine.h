@@ -85,6 +85,13 @@ class TransferEngine {
   // deadline; never longer than the latest of their deadlines. Results still come from poll().
   void wait(std::span<const JobId> jobs);
 
+  // F10, a device-side fence: work enqueued on the compute stream after this call waits until
+  // each of `jobs` has finished its copies; the host does not block. Jobs already reported, or
+  // that enqueued nothing, need no fence. Returns false when some job's copies cannot be fenced:
+  // its end marker was never recorded or the device faulted on the wait. Such a job is (or will
+  // be) Unprovable, and its blocks must never be written again (F7).
+  bool fence_compute(std::span<const JobId> jobs);
+
   // Jobs submitted and not yet reported by poll().
   size_t in_flight() const;
   bool fail_stopped() const { return fail_stopped_; }

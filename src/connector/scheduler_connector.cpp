@@ -1,0 +1,502 @@
+#include "kvtier/connector/scheduler_connector.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "request_state.h"
+
+namespace kvtier {
+namespace {
+
+constexpr size_t kMaxLookupCounts = size_t{1} << 20;  // store_threshold memory bound
+
+uint64_t block_key(size_t group, uint32_t block) { return (uint64_t{group} << 32) | block; }
+
+}  // namespace
+
+SchedulerOptions scheduler_options(const Config& config, uint32_t world_size, KvLayout layout,
+                                   std::string model) {
+  return SchedulerOptions{
+      .world_size = world_size,
+      .layout = std::move(layout),
+      .model = std::move(model),
+      .store_decode = config.connector.store_decode,
+      .store_threshold = config.connector.store_threshold,
+      .job_timeout = seconds_to_duration(config.transfer.transfer_deadline_s +
+                                         config.transfer.completion_margin_s),
+  };
+}
+
+SchedulerConnector::SchedulerConnector(SchedulerOptions options, CacheManager& cache,
+                                       const Clock& clock)
+    : options_(std::move(options)), cache_(cache), clock_(clock) {
+  if (Status s = options_.layout.validate(); !s) throw std::invalid_argument(s.error().message);
+  if (options_.world_size == 0) throw std::invalid_argument("SchedulerConnector: world_size 0");
+  if (options_.store_threshold == 0) {
+    throw std::invalid_argument("SchedulerConnector: store_threshold must be >= 1");
+  }
+  if (options_.job_timeout <= Duration::zero()) {
+    throw std::invalid_argument("SchedulerConnector: job_timeout must be > 0");
+  }
+  if (cache_.slot_bytes() < options_.layout.max_chunk_bytes()) {
+    throw std::invalid_argument("SchedulerConnector: host slots of " +
+                                std::to_string(cache_.slot_bytes()) + " bytes cannot hold a chunk of " +
+                                std::to_string(options_.layout.max_chunk_bytes()));
+  }
+  align_tokens_ = 1;
+  for (const KvGroup& g : options_.layout.groups) {
+    align_tokens_ = std::lcm(align_tokens_, g.chunk_tokens());
+  }
+}
+
+SchedulerConnector::~SchedulerConnector() = default;
+
+SchedulerConnector::RequestState& SchedulerConnector::state_of(const RequestId& id,
+                                                               std::span<const TokenId> tokens,
+                                                               const std::string& salt) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    auto r = std::make_unique<RequestState>();
+    r->id = id;
+    const size_t groups = options_.layout.groups.size();
+    for (size_t g = 0; g < groups; ++g) {
+      r->roots.push_back(namespace_root(KeyNamespace{.model = options_.model,
+                                                     .layout_fingerprint =
+                                                         options_.layout.fingerprint(),
+                                                     .group = static_cast<uint32_t>(g),
+                                                     .cache_salt = salt}));
+    }
+    r->keys.resize(groups);
+    r->blocks.resize(groups);
+    r->stored_chunks.assign(groups, 0);
+    it = requests_.emplace(id, std::move(r)).first;
+  }
+  extend_keys(*it->second, tokens);
+  return *it->second;
+}
+
+void SchedulerConnector::extend_keys(RequestState& r, std::span<const TokenId> tokens) {
+  for (size_t g = 0; g < r.keys.size(); ++g) {
+    const size_t chunk = options_.layout.groups[g].chunk_tokens();
+    std::vector<ChunkKey>& keys = r.keys[g];
+    while ((keys.size() + 1) * chunk <= tokens.size()) {
+      const ChunkKey& parent = keys.empty() ? r.roots[g] : keys.back();
+      keys.push_back(next_chunk_key(parent, tokens.subspan(keys.size() * chunk, chunk)));
+    }
+  }
+}
+
+Match SchedulerConnector::get_num_new_matched_tokens(const ConnectorRequest& request,
+                                                     size_t num_computed) {
+  RequestState& r = state_of(request.id, request.tokens, request.cache_salt);
+  r.match_from = r.match_to = num_computed;
+  // One load or some stores in flight, never both.
+  if (r.load || r.stores_in_flight > 0) {
+    ++counters_.deferred_lookups;
+    return Match{.ask_later = true};
+  }
+  if (!r.counted_lookups && options_.store_threshold > 1) {
+    r.counted_lookups = true;
+    if (lookups_seen_.size() > kMaxLookupCounts) lookups_seen_.clear();
+    const size_t prompt = std::min(request.num_prompt_tokens, request.tokens.size());
+    for (size_t g = 0; g < r.keys.size(); ++g) {
+      const size_t n = std::min(r.keys[g].size(), prompt / options_.layout.groups[g].chunk_tokens());
+      for (size_t c = 0; c < n; ++c) ++lookups_seen_[r.keys[g][c]];
+    }
+  }
+  if (fail_stopped() || request.tokens.empty()) return Match{};
+  // At least the last token is computed: the engine needs its logits.
+  const size_t limit = request.tokens.size() - 1;
+  size_t hit_tokens = limit;
+  bool pending = false;
+  for (size_t g = 0; g < r.keys.size(); ++g) {
+    const KvGroup& group = options_.layout.groups[g];
+    if (num_computed % group.block_size != 0) return Match{};  // not a device-cache boundary
+    const size_t first = num_computed / group.chunk_tokens();
+    const size_t last = std::min(r.keys[g].size(), limit / group.chunk_tokens());
+    if (first >= last) return Match{};
+    const LookupResult found =
+        cache_.lookup(std::span(r.keys[g]).subspan(first, last - first));
+    pending = pending || found.pending;
+    hit_tokens = std::min(hit_tokens, (first + found.hit_chunks) * group.chunk_tokens());
+  }
+  hit_tokens = hit_tokens / align_tokens_ * align_tokens_;
+  // A chunk it would load is being loaded for another request: once that load is done, the
+  // engine's device prefix cache has it; loading it twice wastes the copy and the blocks.
+  for (size_t g = 0; g < r.keys.size() && hit_tokens > num_computed; ++g) {
+    const size_t chunk = options_.layout.groups[g].chunk_tokens();
+    for (size_t c = num_computed / chunk; c < hit_tokens / chunk; ++c) {
+      if (being_loaded_.contains(r.keys[g][c])) pending = true;
+    }
+  }
+  if (pending) {
+    ++counters_.deferred_lookups;
+    return Match{.ask_later = true};
+  }
+  if (hit_tokens <= num_computed) return Match{};
+  r.match_to = hit_tokens;
+  return Match{.tokens = hit_tokens - num_computed};
+}
+
+void SchedulerConnector::add_blocks(RequestState& r, const GroupBlocks& blocks,
+                                    std::vector<JobId>& flush) {
+  if (blocks.size() > r.blocks.size()) {
+    throw std::invalid_argument("request " + r.id + ": blocks for " +
+                                std::to_string(blocks.size()) + " groups, the layout has " +
+                                std::to_string(r.blocks.size()));
+  }
+  for (size_t g = 0; g < blocks.size(); ++g) {
+    for (uint32_t b : blocks[g]) {
+      // F10: the block has a new owner while a store still reads it.
+      if (auto it = store_reading_.find(block_key(g, b)); it != store_reading_.end()) {
+        flush.push_back(it->second);
+        ++counters_.flushes;
+      }
+      r.blocks[g].push_back(b);
+    }
+  }
+}
+
+void SchedulerConnector::update_state_after_alloc(const RequestId& request,
+                                                  const GroupBlocks& blocks,
+                                                  size_t num_external_tokens) {
+  auto it = requests_.find(request);
+  if (it == requests_.end()) {
+    throw std::invalid_argument("update_state_after_alloc: unknown request " + request);
+  }
+  RequestState& r = *it->second;
+  // `blocks` is the whole table; the connector's copy is a prefix of it.
+  GroupBlocks added(r.blocks.size());
+  for (size_t g = 0; g < blocks.size() && g < r.blocks.size(); ++g) {
+    if (blocks[g].size() < r.blocks[g].size()) {
+      throw std::invalid_argument("update_state_after_alloc: request " + request +
+                                  " block table shrank");
+    }
+    added[g].assign(blocks[g].begin() + static_cast<ptrdiff_t>(r.blocks[g].size()), blocks[g].end());
+  }
+  add_blocks(r, added, pending_flush_);
+  if (num_external_tokens == 0) return;
+  if (num_external_tokens != r.match_to - r.match_from || r.load || r.stores_in_flight > 0) {
+    throw std::invalid_argument("update_state_after_alloc: request " + request + " accepts " +
+                                std::to_string(num_external_tokens) + " external tokens, its match was " +
+                                std::to_string(r.match_to - r.match_from));
+  }
+
+  auto job = std::make_unique<Job>();
+  job->id = next_job_++;
+  job->kind = JobKind::kLoad;
+  job->request = request;
+  job->from_tokens = r.match_from;
+  job->to_tokens = r.match_to;
+  job->epoch = epoch_;
+  job->created = clock_.now();
+  job->acked.assign(options_.world_size, false);
+  job->blocks.resize(r.blocks.size());
+  job->first_index.assign(r.blocks.size(), 0);
+  job->invalid.resize(r.blocks.size());
+  TransferJob transfer{.job = job->id, .request = request};
+  for (size_t g = 0; g < r.blocks.size(); ++g) {
+    const KvGroup& group = options_.layout.groups[g];
+    const size_t first_block = r.match_from / group.block_size;
+    const size_t end_block = r.match_to / group.block_size;
+    if (r.blocks[g].size() < end_block) {
+      throw std::invalid_argument("update_state_after_alloc: request " + request + " has " +
+                                  std::to_string(r.blocks[g].size()) + " blocks in group " +
+                                  std::to_string(g) + ", its load needs " +
+                                  std::to_string(end_block));
+    }
+    job->first_index[g] = first_block;
+    for (size_t c = first_block / group.blocks_per_chunk; c * group.blocks_per_chunk < end_block;
+         ++c) {
+      ChunkTransfer chunk{.group = static_cast<uint32_t>(g)};
+      const size_t chunk_start = c * group.blocks_per_chunk;
+      const size_t from = std::max(chunk_start, first_block);
+      chunk.first_block = static_cast<uint32_t>(from - chunk_start);
+      chunk.blocks.assign(r.blocks[g].begin() + static_cast<ptrdiff_t>(from),
+                          r.blocks[g].begin() + static_cast<ptrdiff_t>(chunk_start + group.blocks_per_chunk));
+      job->blocks[g].insert(job->blocks[g].end(), chunk.blocks.begin(), chunk.blocks.end());
+      job->keys.push_back(r.keys[g][c]);
+      transfer.chunks.push_back(std::move(chunk));
+    }
+  }
+  Result<std::vector<SlotId>> slots = cache_.prepare_load(job->keys);
+  if (!slots) {
+    // The match's chunks left the cache since the lookup: nothing was pinned, nothing loads.
+    resumed_.push_back(LoadFinished{request, r.match_from, Outcome::kFailed});
+    return;
+  }
+  for (size_t i = 0; i < transfer.chunks.size(); ++i) transfer.chunks[i].slot = (*slots)[i];
+  for (const ChunkKey& k : job->keys) ++being_loaded_[k];
+  for (size_t g = 0; g < job->blocks.size(); ++g) {
+    for (uint32_t b : job->blocks[g]) load_writing_[block_key(g, b)] = job->id;
+  }
+  r.load = job->id;
+  ++counters_.jobs_issued;
+  pending_loads_.push_back(std::move(transfer));
+  jobs_.emplace(job->id, std::move(job));
+}
+
+StepMetadata SchedulerConnector::build_step_metadata(const StepInput& step) {
+  StepMetadata meta{.step = step.step};
+  meta.loads = std::move(pending_loads_);
+  pending_loads_.clear();
+  meta.flush = std::move(pending_flush_);
+  pending_flush_.clear();
+  for (const ScheduledRequest& s : step.requests) {
+    RequestState& r = state_of(s.id, s.tokens, "");
+    add_blocks(r, s.new_blocks, meta.flush);
+    build_stores(r, s, meta);
+  }
+  std::ranges::sort(meta.flush);
+  meta.flush.erase(std::unique(meta.flush.begin(), meta.flush.end()), meta.flush.end());
+  return meta;
+}
+
+void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s,
+                                      StepMetadata& meta) {
+  if (r.load || r.finished || fail_stopped()) return;
+  const size_t limit = options_.store_decode ? s.num_computed_after_step
+                                             : std::min(s.num_computed_after_step, s.num_prompt_tokens);
+  struct Candidate {
+    ChunkKey key;
+    uint32_t group;
+    size_t chunk;
+  };
+  std::vector<Candidate> candidates;
+  for (size_t g = 0; g < r.keys.size(); ++g) {
+    const KvGroup& group = options_.layout.groups[g];
+    const size_t end = std::min({limit / group.chunk_tokens(), r.keys[g].size(),
+                                 r.blocks[g].size() / group.blocks_per_chunk});
+    for (size_t c = r.stored_chunks[g]; c < end; ++c) {
+      const ChunkKey& key = r.keys[g][c];
+      if (options_.store_threshold > 1) {
+        auto seen = lookups_seen_.find(key);
+        if (seen == lookups_seen_.end() || seen->second < options_.store_threshold) continue;
+      }
+      candidates.push_back(Candidate{key, static_cast<uint32_t>(g), c});
+    }
+    r.stored_chunks[g] = std::max(r.stored_chunks[g], end);
+  }
+  if (candidates.empty()) return;
+  std::vector<ChunkKey> keys;
+  keys.reserve(candidates.size());
+  for (const Candidate& c : candidates) keys.push_back(c.key);
+  std::optional<StorePlan> plan = cache_.prepare_store(keys);
+  if (!plan) {
+    counters_.stores_skipped += keys.size();
+    return;
+  }
+  if (plan->keys.empty()) return;  // every chunk is cached or being stored already
+
+  auto job = std::make_unique<Job>();
+  job->id = next_job_++;
+  job->kind = JobKind::kStore;
+  job->request = r.id;
+  job->epoch = epoch_;
+  job->created = clock_.now();
+  job->acked.assign(options_.world_size, false);
+  job->blocks.resize(r.blocks.size());
+  job->keys = plan->keys;
+  TransferJob transfer{.job = job->id, .request = r.id};
+  size_t next = 0;  // plan->keys keep the order of `keys`
+  for (size_t i = 0; i < plan->keys.size(); ++i) {
+    while (candidates[next].key != plan->keys[i]) ++next;
+    const Candidate& c = candidates[next];
+    const KvGroup& group = options_.layout.groups[c.group];
+    ChunkTransfer chunk{.group = c.group, .slot = plan->slots[i]};
+    const auto first = r.blocks[c.group].begin() + static_cast<ptrdiff_t>(c.chunk * group.blocks_per_chunk);
+    chunk.blocks.assign(first, first + group.blocks_per_chunk);
+    for (uint32_t b : chunk.blocks) {
+      job->blocks[c.group].push_back(b);
+      store_reading_[block_key(c.group, b)] = job->id;
+    }
+    transfer.chunks.push_back(std::move(chunk));
+  }
+  ++r.stores_in_flight;
+  ++counters_.jobs_issued;
+  meta.stores.push_back(std::move(transfer));
+  jobs_.emplace(job->id, std::move(job));
+}
+
+StepOutcome SchedulerConnector::update_from_worker_output(std::span<const WorkerOutput> outputs) {
+  StepOutcome out;
+  out.loads = std::move(resumed_);
+  resumed_.clear();
+  for (const WorkerOutput& o : outputs) {
+    if (o.rank >= options_.world_size) {
+      throw std::invalid_argument("worker output from rank " + std::to_string(o.rank) +
+                                  ", world_size is " + std::to_string(options_.world_size));
+    }
+    if (o.fail_stop) {
+      fail_stop("rank " + std::to_string(o.rank) + ": " + o.fail_stop_reason, out);
+    }
+    // F4: invalid blocks first, so that a load retired below sees all of them.
+    for (size_t g = 0; g < o.invalid_blocks.size(); ++g) {
+      for (uint32_t b : o.invalid_blocks[g]) {
+        auto it = load_writing_.find(block_key(g, b));
+        if (it == load_writing_.end()) continue;
+        jobs_.at(it->second)->invalid[g].push_back(b);
+      }
+    }
+    for (const JobVerdict& v : o.finished) ack(v.job, o.rank, v.outcome, out);
+  }
+  // F8: a job not complete by its deadline plus the completion margin is Unprovable.
+  const TimePoint now = clock_.now();
+  while (!jobs_.empty() && jobs_.begin()->second->created + options_.job_timeout <= now) {
+    Job& job = *jobs_.begin()->second;
+    job.unprovable = true;
+    ++counters_.jobs_timed_out;
+    fail_stop("job " + std::to_string(job.id) + " of request " + job.request +
+                  " not complete after transfer_deadline_s + completion_margin_s",
+              out);
+    retire(job, out);
+  }
+  out.fail_stop = fail_stopped();
+  return out;
+}
+
+void SchedulerConnector::ack(JobId id, uint32_t rank, Outcome outcome, StepOutcome& out) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second->acked[rank]) {
+    ++counters_.stale_acks;  // F9: retired, timed out, or a repeat
+    return;
+  }
+  Job& job = *it->second;
+  job.acked[rank] = true;
+  ++job.acks;
+  job.failed = job.failed || outcome != Outcome::kCompleted;
+  job.unprovable = job.unprovable || outcome == Outcome::kUnprovable;
+  if (job.acks == options_.world_size) retire(job, out);
+}
+
+size_t SchedulerConnector::truncate_load(const Job& job) const {
+  size_t tokens = job.to_tokens;
+  bool any_invalid = false;
+  for (size_t g = 0; g < job.invalid.size(); ++g) {
+    for (uint32_t b : job.invalid[g]) {
+      const auto pos = std::ranges::find(job.blocks[g], b) - job.blocks[g].begin();
+      const size_t index = job.first_index[g] + static_cast<size_t>(pos);
+      tokens = std::min(tokens, index * options_.layout.groups[g].block_size);
+      any_invalid = true;
+    }
+  }
+  // A failed load that no rank described: none of its blocks can be trusted.
+  if (!any_invalid) tokens = job.from_tokens;
+  return std::max(tokens, job.from_tokens);
+}
+
+void SchedulerConnector::retire(Job& job, StepOutcome& out) {
+  auto rit = requests_.find(job.request);
+  RequestState* r = rit == requests_.end() ? nullptr : rit->second.get();
+  if (job.unprovable) {
+    ++counters_.jobs_unprovable;
+    fail_stop("job " + std::to_string(job.id) + " of request " + job.request + " is unprovable",
+              out);
+  }
+  if (job.kind == JobKind::kStore) {
+    if (job.unprovable) {
+      cache_.quarantine_store(job.keys);  // F7
+    } else if (job.failed || job.epoch != epoch_) {
+      cache_.complete_store(job.keys, Verdict::kFailed);  // F3 (or dropped by a reset)
+      if (job.failed) ++counters_.stores_failed;
+    } else {
+      cache_.complete_store(job.keys, Verdict::kSucceeded);
+      ++counters_.stores_completed;
+    }
+    for (size_t g = 0; g < job.blocks.size(); ++g) {
+      for (uint32_t b : job.blocks[g]) {
+        auto it = store_reading_.find(block_key(g, b));
+        if (it != store_reading_.end() && it->second == job.id) store_reading_.erase(it);
+      }
+    }
+    if (r) --r->stores_in_flight;
+  } else {
+    LoadFinished done{.request = job.request, .num_computed = job.to_tokens};
+    if (job.unprovable) {
+      cache_.quarantine_load(job.keys);  // F7: never recompute into these blocks
+      done.outcome = Outcome::kUnprovable;
+      done.num_computed = job.from_tokens;
+    } else {
+      cache_.complete_load(job.keys);
+      if (job.failed) {
+        done.outcome = Outcome::kFailed;
+        done.num_computed = truncate_load(job);  // F4
+        ++counters_.loads_failed;
+      } else {
+        ++counters_.loads_completed;
+      }
+      counters_.loaded_tokens += done.num_computed - job.from_tokens;
+    }
+    for (const ChunkKey& k : job.keys) {
+      auto it = being_loaded_.find(k);
+      if (--it->second == 0) being_loaded_.erase(it);
+    }
+    for (size_t g = 0; g < job.blocks.size(); ++g) {
+      for (uint32_t b : job.blocks[g]) load_writing_.erase(block_key(g, b));
+    }
+    if (r) r->load.reset();
+    out.loads.push_back(std::move(done));
+  }
+  jobs_.erase(job.id);
+  if (r) maybe_release(*r, out);
+}
+
+void SchedulerConnector::maybe_release(RequestState& r, StepOutcome& out) {
+  if (!r.finished || r.load || r.stores_in_flight > 0) return;
+  out.released.push_back(r.id);
+  requests_.erase(r.id);
+}
+
+bool SchedulerConnector::request_finished(const RequestId& request) {
+  auto it = requests_.find(request);
+  if (it == requests_.end()) return false;
+  RequestState& r = *it->second;
+  r.finished = true;
+  if (r.load || r.stores_in_flight > 0) return true;
+  requests_.erase(it);
+  return false;
+}
+
+void SchedulerConnector::request_preempted(const RequestId& request) {
+  auto it = requests_.find(request);
+  if (it == requests_.end()) return;
+  RequestState& r = *it->second;
+  if (r.load) throw std::logic_error("request_preempted: request " + request + " is loading");
+  for (auto& blocks : r.blocks) blocks.clear();
+  std::ranges::fill(r.stored_chunks, 0);
+}
+
+void SchedulerConnector::reset_cache() {
+  cache_.reset();
+  ++epoch_;
+  lookups_seen_.clear();
+}
+
+void SchedulerConnector::fail_stop(std::string reason, StepOutcome& out) {
+  if (fail_stop_reason_.empty()) fail_stop_reason_ = std::move(reason);
+  out.fail_stop = true;
+}
+
+ConnectorCounters SchedulerConnector::counters() const {
+  ConnectorCounters c = counters_;
+  c.jobs_in_flight = jobs_.size();
+  return c;
+}
+
+Status SchedulerConnector::audit() const {
+  if (!jobs_.empty() || !pending_loads_.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "connector audit: " + std::to_string(jobs_.size()) + " jobs in flight");
+  }
+  if (!being_loaded_.empty() || !store_reading_.empty() || !load_writing_.empty()) {
+    return make_error(ErrorCode::kInternal,
+                      "connector audit: leases outlive their jobs (" +
+                          std::to_string(being_loaded_.size()) + " keys being loaded, " +
+                          std::to_string(store_reading_.size()) + " blocks read by stores, " +
+                          std::to_string(load_writing_.size()) + " blocks written by loads)");
+  }
+  return cache_.audit();
+}
+
+}  // namespace kvtier

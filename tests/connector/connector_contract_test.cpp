@@ -1,0 +1,267 @@
+// Fault-contract tests of the connector, across ranks: each names the rule it proves and ends by
+// checking F12 (leases conserved).
+#include <gtest/gtest.h>
+
+#include "connector/connector_harness.h"
+
+namespace kvtier::testing {
+namespace {
+
+std::vector<TokenId> make_tokens(size_t n, uint32_t seed) {
+  std::vector<TokenId> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<TokenId>(mix64(seed * 7919ULL + i) % 50000);
+  return t;
+}
+
+std::vector<TokenId> with_suffix(std::vector<TokenId> prefix, size_t n, uint32_t seed) {
+  const auto suffix = make_tokens(n, seed);
+  prefix.insert(prefix.end(), suffix.begin(), suffix.end());
+  return prefix;
+}
+
+void run_until_done(ConnectorHarness& h, int max_steps = 300) {
+  for (int i = 0; i < max_steps && !h.requests.empty(); ++i) h.step();
+  ASSERT_TRUE(h.requests.empty()) << h.requests.size() << " requests left";
+}
+
+// The index of the next copy_batch call on `rank`.
+uint64_t next_call(const ConnectorHarness& h, uint32_t rank) {
+  return h.ranks[rank]->fault.counts().copy_calls;
+}
+
+// Stores every full chunk of `doc` (plus a suffix) and returns once nothing is in flight.
+void store_prefix(ConnectorHarness& h, const std::vector<TokenId>& doc) {
+  h.add_request(with_suffix(doc, 3, 99), 2);
+  run_until_done(h);
+  h.drain();
+}
+
+TEST(ConnectorContract, F3_StoreFailedOnOneRankIsNeverPublished) {
+  for (uint32_t world : {2u, 4u}) {
+    ConnectorHarness h({.world_size = world,
+                        .prefill_chunk = 64,
+                        .plans = std::vector<FaultPlan>(world)});
+    h.ranks[world - 1]->fault.set_plan(FaultPlan::rules({FaultRule{.call = 0, .fail_at = 1}}));
+    const auto doc = make_tokens(32, 1);
+    store_prefix(h, doc);
+    EXPECT_EQ(h.scheduler->counters().stores_failed, 1u);
+    EXPECT_EQ(h.check_readable_chunks(doc), 0u);
+    for (const CacheEvent& e : h.scheduler->take_events()) {
+      EXPECT_NE(e.kind, CacheEventKind::kStored) << "a failed store emitted a stored event";
+    }
+    EXPECT_EQ(h.cache->counters().slots_free, h.options.num_slots) << "its slots are freed";
+    // A later request with the same prefix misses and computes.
+    const RequestId b = h.add_request(with_suffix(doc, 4, 2), 2);
+    h.step();
+    EXPECT_EQ(h.requests.at(b).loads, 0u);
+    run_until_done(h);
+    h.expect_leases_conserved();
+  }
+}
+
+TEST(ConnectorContract, F4_FailedLoadIsRecomputedWithTwoGroupsOfDifferentBlockSizes) {
+  for (uint32_t world : {1u, 2u, 4u}) {
+    ConnectorHarness h({.world_size = world, .layout = hybrid_layout()});
+    const auto doc = make_tokens(64, 3);
+    store_prefix(h, doc);
+    const uint32_t failing = world - 1;
+    h.ranks[failing]->fault.set_plan(
+        FaultPlan::rules({FaultRule{.call = next_call(h, failing), .fail_at = 1}}));
+    const RequestId b = h.add_request(with_suffix(doc, 6, 4), 3);
+    h.step();
+    ASSERT_EQ(h.requests.at(b).loads, 1u);
+    EXPECT_EQ(h.failed_loads, 1u);
+    EXPECT_EQ(h.requests.at(b).computed, 0u) << "every loaded block of the failing rank is invalid";
+    EXPECT_EQ(h.cache->counters().slots_pinned, 0u) << "the source slots are unpinned";
+    EXPECT_EQ(h.scheduler->counters().loads_failed, 1u);
+    run_until_done(h);  // b's KV is checked against the fault-free bytes when it finishes
+    h.expect_leases_conserved();
+  }
+}
+
+// F4 on the scheduler side alone: the ranks' reports are crafted, so the invalid blocks can sit
+// anywhere in each group.
+TEST(ConnectorContract, F4_TruncatesToTheFirstInvalidBoundaryCommonToAllGroups) {
+  const KvLayout layout = hybrid_layout();  // group 0: 4-token blocks; group 1: 8-token blocks
+  struct Case {
+    uint32_t group0_index, group1_index;  // table index of the invalid block in each group
+    size_t expected;
+  };
+  for (Case c : {Case{5, 2, 16}, Case{1, 3, 4}, Case{7, 0, 0}}) {
+    CacheManager cache(16, layout.max_chunk_bytes(), *make_eviction_policy("lru", 16));
+    SchedulerConnector s({.world_size = 2, .layout = layout, .model = "harness"}, cache);
+    const auto prompt = make_tokens(40, 5);
+    GroupBlocks table{{}, {}};
+    for (uint32_t b = 0; b < 10; ++b) table[0].push_back(100 + b);
+    for (uint32_t b = 0; b < 5; ++b) table[1].push_back(200 + b);
+    // Publish the prompt's first 32 tokens as request "a".
+    ASSERT_EQ(s.get_num_new_matched_tokens({.id = "a", .tokens = prompt, .num_prompt_tokens = 40}, 0).tokens, 0u);
+    s.update_state_after_alloc("a", table, 0);
+    StepMetadata m = s.build_step_metadata(
+        {.requests = {{.id = "a", .tokens = prompt, .num_prompt_tokens = 40, .num_computed_after_step = 40}}});
+    ASSERT_EQ(m.stores.size(), 1u);
+    std::vector<WorkerOutput> acks{{.rank = 0, .finished = {{m.stores[0].job}}},
+                                   {.rank = 1, .finished = {{m.stores[0].job}}}};
+    s.update_from_worker_output(acks);
+    s.request_finished("a");
+    // "b" loads 32 tokens: group 0 blocks [0, 8), group 1 blocks [0, 4).
+    const Match match = s.get_num_new_matched_tokens({.id = "b", .tokens = prompt, .num_prompt_tokens = 40}, 0);
+    ASSERT_EQ(match.tokens, 32u);
+    s.update_state_after_alloc("b", table, 32);
+    m = s.build_step_metadata({});
+    ASSERT_EQ(m.loads.size(), 1u);
+    const JobId load = m.loads[0].job;
+    std::vector<WorkerOutput> reports{
+        {.rank = 1, .finished = {{load, Outcome::kFailed}},
+         .invalid_blocks = {{table[0][c.group0_index]}, {table[1][c.group1_index]}}},
+        {.rank = 0, .finished = {{load}}}};
+    const StepOutcome out = s.update_from_worker_output(reports);
+    ASSERT_EQ(out.loads.size(), 1u);
+    EXPECT_EQ(out.loads[0].outcome, Outcome::kFailed);
+    EXPECT_EQ(out.loads[0].num_computed, c.expected)
+        << "invalid group-0 block " << c.group0_index << ", group-1 block " << c.group1_index;
+    EXPECT_EQ(cache.counters().slots_pinned, 0u);
+    s.request_finished("b");
+    Status audit = s.audit();
+    EXPECT_TRUE(audit) << audit.error().message;
+  }
+}
+
+TEST(ConnectorContract, F7_UnprovableLoadQuarantinesItsSlotsAndFailStops) {
+  ConnectorHarness h({.world_size = 2});
+  const auto doc = make_tokens(32, 6);
+  store_prefix(h, doc);
+  h.ranks[1]->fault.set_plan(
+      FaultPlan::rules({FaultRule{.call = next_call(h, 1), .record_fails = true}}));
+  const RequestId b = h.add_request(with_suffix(doc, 4, 7), 2);
+  h.step();
+  EXPECT_TRUE(h.scheduler->fail_stopped());
+  EXPECT_TRUE(h.last_outcome.fail_stop);
+  EXPECT_EQ(h.requests.at(b).state, SimState::kAborted) << "never recomputed into its blocks";
+  const CacheCounters c = h.cache->counters();
+  EXPECT_EQ(c.slots_quarantined, 4u);
+  EXPECT_EQ(c.quarantined_bytes, 4u * h.options.layout.max_chunk_bytes());
+  // A fail-stopped connector starts no new transfer.
+  const RequestId d = h.add_request(with_suffix(doc, 5, 8), 2);
+  h.step();
+  EXPECT_EQ(h.requests.at(d).loads, 0u);
+  EXPECT_TRUE(h.last_metadata.loads.empty());
+  EXPECT_TRUE(h.last_metadata.stores.empty());
+  h.expect_leases_conserved();
+}
+
+TEST(ConnectorContract, F7_UnprovableStoreIsQuarantinedNeverPublished) {
+  ConnectorHarness h({.world_size = 4, .prefill_chunk = 64});
+  h.ranks[2]->fault.set_plan(FaultPlan::rules({FaultRule{.call = 0, .record_fails = true}}));
+  const auto doc = make_tokens(32, 9);
+  h.add_request(with_suffix(doc, 3, 10), 2);
+  for (int i = 0; i < 5; ++i) h.step();
+  EXPECT_TRUE(h.scheduler->fail_stopped());
+  EXPECT_EQ(h.check_readable_chunks(doc), 0u);
+  EXPECT_EQ(h.cache->counters().slots_quarantined, 4u);
+  h.expect_leases_conserved();
+}
+
+TEST(ConnectorContract, F8_JobNotCompleteAfterTheMarginIsUnprovable) {
+  ConnectorHarness h({.world_size = 2,
+                      .prefill_chunk = 64,
+                      .job_timeout = std::chrono::seconds(2),
+                      .step_time = std::chrono::milliseconds(100)});
+  const auto doc = make_tokens(32, 11);
+  h.add_request(with_suffix(doc, 3, 12), 1);
+  h.step();  // at t = 0: computes the prompt; its store job is created
+  ASSERT_EQ(h.last_metadata.stores.size(), 1u);
+  h.silent_ranks = {1};  // rank 1's reports stop arriving: a stuck worker
+  for (int i = 1; i < 20; ++i) {
+    h.step();  // up to t = 1.9 s
+    ASSERT_FALSE(h.scheduler->fail_stopped()) << "declared unprovable before the margin, step " << i;
+  }
+  h.step();  // t = 2 s: transfer_deadline_s + completion_margin_s passed
+  EXPECT_TRUE(h.scheduler->fail_stopped());
+  EXPECT_EQ(h.scheduler->counters().jobs_timed_out, 1u);
+  EXPECT_EQ(h.cache->counters().slots_quarantined, 4u) << "a timeout never authorizes reuse";
+  EXPECT_EQ(h.check_readable_chunks(doc), 0u);
+  // The late ack, when it comes, is ignored (F9).
+  h.silent_ranks.clear();
+  h.extra_outputs = std::move(h.withheld);
+  h.step();
+  EXPECT_EQ(h.scheduler->counters().stale_acks, 1u);
+  EXPECT_EQ(h.cache->counters().slots_quarantined, 4u);
+  h.expect_leases_conserved();
+}
+
+TEST(ConnectorContract, F9_FailureReportedBeforeTheLastAckIsSticky) {
+  ConnectorHarness h({.world_size = 2, .prefill_chunk = 64});
+  // Rank 0's store copies hang until released; rank 1's store fails at once.
+  h.ranks[0]->fault.set_plan(FaultPlan::rules({FaultRule{.call = 0, .hang = true}}));
+  h.ranks[1]->fault.set_plan(FaultPlan::rules({FaultRule{.call = 0, .fail_at = 0}}));
+  const auto doc = make_tokens(32, 13);
+  h.add_request(with_suffix(doc, 3, 14), 4);
+  h.step();
+  h.step();  // the store runs: rank 1 reports Failed, rank 0 nothing yet
+  EXPECT_EQ(h.scheduler->counters().jobs_in_flight, 1u);
+  EXPECT_EQ(h.cache->counters().slots_pending, 4u);
+  h.ranks[0]->fault.release_hangs();
+  h.step();  // rank 0 reports Completed, a step later
+  EXPECT_EQ(h.scheduler->counters().jobs_in_flight, 0u);
+  EXPECT_EQ(h.scheduler->counters().stores_failed, 1u);
+  EXPECT_EQ(h.check_readable_chunks(doc), 0u) << "the earlier failure decides the job";
+  run_until_done(h);
+  h.expect_leases_conserved();
+}
+
+TEST(ConnectorContract, F9_AcksAfterAResetAreIgnored) {
+  ConnectorHarness h({.world_size = 2, .prefill_chunk = 64});
+  h.ranks[0]->fault.set_plan(FaultPlan::rules({FaultRule{.call = 0, .hang = true}}));
+  const auto doc = make_tokens(32, 15);
+  h.add_request(with_suffix(doc, 3, 16), 4);
+  h.step();
+  const JobId before_reset = h.last_metadata.stores.at(0).job;
+  h.step();  // the store is in flight (hung on rank 0)
+  h.scheduler->reset_cache();
+  h.ranks[0]->fault.release_hangs();
+  h.step();  // both ranks have now completed the pre-reset store
+  EXPECT_EQ(h.check_readable_chunks(doc), 0u) << "a store from before the reset is not published";
+  EXPECT_EQ(h.cache->counters().slots_free, h.options.num_slots);
+  // A repeated ack of the retired job changes nothing.
+  h.extra_outputs = {WorkerOutput{.rank = 0, .finished = {{before_reset}}},
+                     WorkerOutput{.rank = 1, .finished = {{before_reset}}}};
+  h.step();
+  EXPECT_EQ(h.scheduler->counters().stale_acks, 2u);
+  EXPECT_EQ(h.check_readable_chunks(doc), 0u);
+  // New jobs get new ids: nothing from before the reset can be confused with them.
+  const auto other = make_tokens(32, 17);
+  h.add_request(with_suffix(other, 3, 18), 1);
+  h.step();
+  ASSERT_FALSE(h.last_metadata.stores.empty());
+  EXPECT_GT(h.last_metadata.stores[0].job, before_reset);
+  run_until_done(h);
+  EXPECT_EQ(h.check_readable_chunks(other), 4u);
+  h.expect_leases_conserved();
+}
+
+TEST(ConnectorContract, F10_ReallocatedBlockIsFencedBehindTheStoreReadingIt) {
+  ConnectorHarness h({.prefill_chunk = 64, .reuse_freed_blocks_first = true});
+  // The store's copies hang: without a fence, the next owner's forward pass would overwrite the
+  // blocks before the store read them, and the store would publish the wrong KV.
+  h.ranks[0]->fault.set_plan(FaultPlan::rules({FaultRule{.call = 0, .hang = true}}));
+  const auto doc_a = make_tokens(32, 19);
+  const RequestId a = h.add_request(doc_a, 8);
+  h.step();  // a's prompt is computed; its store is queued
+  ASSERT_EQ(h.last_metadata.stores.size(), 1u);
+  const JobId store = h.last_metadata.stores[0].job;
+  h.preempt(a);  // the engine frees a's blocks while the store will read them
+  const RequestId b = h.add_request(make_tokens(32, 20), 8);
+  h.step();  // b gets a's blocks; its forward pass must wait for the store
+  EXPECT_EQ(h.last_metadata.flush, std::vector<JobId>{store});
+  EXPECT_EQ(h.scheduler->counters().flushes, 8u) << "a's 8 blocks went to b";
+  h.ranks[0]->fault.release_hangs();
+  h.step();
+  EXPECT_EQ(h.check_readable_chunks(doc_a), 4u) << "the store read a's KV, not b's";
+  (void)b;
+  run_until_done(h);
+  h.expect_leases_conserved();
+}
+
+}  // namespace
+}  // namespace kvtier::testing

@@ -1,0 +1,123 @@
+// The connector's scheduler and worker sides on the happy path, across 1, 2 and 4 ranks, and
+// the scheduler side's bookkeeping on its own.
+#include <gtest/gtest.h>
+
+#include "connector/connector_harness.h"
+
+namespace kvtier::testing {
+namespace {
+
+std::vector<TokenId> make_tokens(size_t n, uint32_t seed) {
+  std::vector<TokenId> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<TokenId>(mix64(seed * 1000003ULL + i) % 50000);
+  return t;
+}
+
+std::vector<TokenId> with_suffix(std::vector<TokenId> prefix, size_t n, uint32_t seed) {
+  const auto suffix = make_tokens(n, seed);
+  prefix.insert(prefix.end(), suffix.begin(), suffix.end());
+  return prefix;
+}
+
+void run_until_done(ConnectorHarness& h, int max_steps = 200) {
+  for (int i = 0; i < max_steps && !h.requests.empty(); ++i) h.step();
+  ASSERT_TRUE(h.requests.empty()) << h.requests.size() << " requests left";
+}
+
+class ConnectorRanks : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(ConnectorRanks, SharedPrefixIsLoadedAndHoldsTheStoredBytes) {
+  for (KvLayout layout : {single_group_layout(), hybrid_layout(DeviceLayout::kCrossLayer)}) {
+    ConnectorHarness h({.world_size = GetParam(), .layout = layout});
+    const auto doc = make_tokens(64, 1);
+    h.add_request(with_suffix(doc, 5, 2), 3);
+    run_until_done(h);
+    EXPECT_GT(h.check_readable_chunks(doc), 0u);
+
+    const RequestId b = h.add_request(with_suffix(doc, 7, 3), 3);
+    h.step();
+    EXPECT_EQ(h.last_metadata.loads.size(), 1u);
+    EXPECT_EQ(h.requests.at(b).computed, 64u) << "the whole shared prefix is loaded";
+    run_until_done(h);  // the bytes are checked as each request finishes
+    EXPECT_EQ(h.scheduler->counters().loads_completed, 1u);
+    EXPECT_EQ(h.scheduler->counters().loaded_tokens, 64u);
+    h.expect_leases_conserved();
+  }
+}
+
+TEST_P(ConnectorRanks, ConcurrentLookupsOfOnePrefixAreDeferred) {
+  ConnectorHarness h({.world_size = GetParam()});
+  const auto doc = make_tokens(48, 4);
+  h.add_request(with_suffix(doc, 3, 5), 2);
+  run_until_done(h);
+  const RequestId b = h.add_request(with_suffix(doc, 4, 6), 2);
+  const RequestId c = h.add_request(with_suffix(doc, 5, 7), 2);
+  h.step();
+  // b's load was created first; c asked while b's chunks were being loaded and was deferred.
+  EXPECT_EQ(h.requests.at(b).loads, 1u);
+  EXPECT_EQ(h.requests.at(c).state, SimState::kWaiting);
+  EXPECT_EQ(h.scheduler->counters().deferred_lookups, 1u);
+  h.step();
+  EXPECT_EQ(h.requests.at(c).loads, 1u) << "c loads once b's load ended";
+  run_until_done(h);
+  h.expect_leases_conserved();
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSize, ConnectorRanks, ::testing::Values(1u, 2u, 4u));
+
+TEST(Connector, StoreThresholdWaitsForReuse) {
+  ConnectorHarness h({.store_threshold = 2});
+  const auto doc = make_tokens(32, 8);
+  h.add_request(with_suffix(doc, 3, 9), 2);
+  run_until_done(h);
+  EXPECT_EQ(h.check_readable_chunks(doc), 0u) << "asked for once: not stored";
+  h.add_request(with_suffix(doc, 3, 10), 2);
+  run_until_done(h);
+  EXPECT_EQ(h.check_readable_chunks(doc), 4u) << "asked for twice: stored";
+  h.expect_leases_conserved();
+}
+
+TEST(Connector, DecodeChunksAreStoredOnlyWhenConfigured) {
+  for (bool store_decode : {false, true}) {
+    ConnectorHarness h({.store_decode = store_decode});
+    const RequestId a = h.add_request(make_tokens(16, 11), 20);
+    std::vector<TokenId> all;
+    for (int i = 0; i < 100 && !h.requests.empty(); ++i) {
+      if (h.requests.contains(a)) all = h.requests.at(a).tokens;
+      h.step();
+    }
+    h.drain();
+    all.resize(32);  // prompt (2 chunks) + 2 chunks of generated tokens
+    EXPECT_EQ(h.check_readable_chunks(all), store_decode ? 4u : 2u);
+    h.expect_leases_conserved();
+  }
+}
+
+TEST(Connector, BadCallsAreErrors) {
+  CacheManager cache(8, 4096, *make_eviction_policy("lru", 8));
+  EXPECT_THROW(SchedulerConnector({.world_size = 0, .layout = single_group_layout()}, cache),
+               std::invalid_argument);
+  EXPECT_THROW(SchedulerConnector({.layout = KvLayout{}}, cache), std::invalid_argument);
+  SchedulerConnector s({.layout = single_group_layout()}, cache);
+  EXPECT_THROW(s.update_state_after_alloc("nobody", {}, 4), std::invalid_argument);
+  WorkerOutput from_rank_3{.rank = 3};
+  EXPECT_THROW(s.update_from_worker_output(std::span(&from_rank_3, 1)), std::invalid_argument);
+  WorkerConnector w(0);
+  EXPECT_THROW(w.start_load({}), std::logic_error);
+}
+
+TEST(Connector, OptionsComeFromTheConfig) {
+  Config config;
+  config.transfer.transfer_deadline_s = 3;
+  config.transfer.completion_margin_s = 1.5;
+  config.connector.store_decode = true;
+  config.connector.store_threshold = 3;
+  const SchedulerOptions o = scheduler_options(config, 4, single_group_layout(), "m");
+  EXPECT_EQ(o.job_timeout, std::chrono::milliseconds(4500));
+  EXPECT_TRUE(o.store_decode);
+  EXPECT_EQ(o.store_threshold, 3u);
+  EXPECT_EQ(o.world_size, 4u);
+}
+
+}  // namespace
+}  // namespace kvtier::testing
