@@ -127,6 +127,54 @@ TEST(ConnectorContract, F4_TruncatesToTheFirstInvalidBoundaryCommonToAllGroups) 
   }
 }
 
+// The scheduler side alone, with crafted rank reports: one store job of 4 chunks on 2 ranks.
+struct OneStoreJob {
+  OneStoreJob() {
+    const auto prompt = make_tokens(40, 21);
+    EXPECT_EQ(s.get_num_new_matched_tokens({.id = "a", .tokens = prompt, .num_prompt_tokens = 40}, 0).tokens, 0u);
+    s.update_state_after_alloc("a", GroupBlocks{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}}, 0);
+    const StepMetadata m = s.build_step_metadata(
+        {.requests = {{.id = "a", .tokens = prompt, .num_prompt_tokens = 40, .num_computed_after_step = 40}}});
+    EXPECT_EQ(m.stores.size(), 1u);
+    job = m.stores.at(0).job;
+    keys = chunk_keys({.model = "harness", .layout_fingerprint = single_group_layout().fingerprint()},
+                      prompt, single_group_layout().groups[0].chunk_tokens());
+  }
+  StepOutcome report(uint32_t rank, Outcome outcome, bool fail_stop = false) {
+    WorkerOutput out{.rank = rank, .finished = {{job, outcome}}, .fail_stop = fail_stop};
+    return s.update_from_worker_output(std::span(&out, 1));
+  }
+  CacheManager cache{16, single_group_layout().max_chunk_bytes(), *make_eviction_policy("lru", 16)};
+  SchedulerConnector s{{.world_size = 2, .layout = single_group_layout(), .model = "harness"}, cache};
+  JobId job = 0;
+  std::vector<ChunkKey> keys;
+};
+
+TEST(ConnectorContract, F7_UnprovableVerdictFailStopsTheScheduler) {
+  OneStoreJob j;
+  j.report(0, Outcome::kCompleted);
+  const StepOutcome out = j.report(1, Outcome::kUnprovable);  // no fail-stop flag from the rank
+  EXPECT_TRUE(out.fail_stop);
+  EXPECT_TRUE(j.s.fail_stopped());
+  EXPECT_EQ(j.cache.counters().slots_quarantined, 5u);
+  EXPECT_EQ(j.cache.state(j.keys[0]), LookupState::kMiss);
+  Status audit = j.s.audit();
+  EXPECT_TRUE(audit) << audit.error().message;
+}
+
+TEST(ConnectorContract, F9_RepeatedAckFromOneRankDoesNotCompleteTheJob) {
+  OneStoreJob j;
+  j.report(0, Outcome::kCompleted);
+  j.report(0, Outcome::kCompleted);
+  EXPECT_EQ(j.s.counters().jobs_in_flight, 1u) << "rank 1 has not acknowledged";
+  EXPECT_EQ(j.s.counters().stale_acks, 1u);
+  EXPECT_EQ(j.cache.state(j.keys[0]), LookupState::kPending);
+  j.report(1, Outcome::kCompleted);
+  EXPECT_EQ(j.cache.state(j.keys[0]), LookupState::kHit);
+  Status audit = j.s.audit();
+  EXPECT_TRUE(audit) << audit.error().message;
+}
+
 TEST(ConnectorContract, F7_UnprovableLoadQuarantinesItsSlotsAndFailStops) {
   ConnectorHarness h({.world_size = 2});
   const auto doc = make_tokens(32, 6);
