@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "scheduler_bench.h"
 #include "transfer_bench.h"
 
 namespace kvtier::cli {
@@ -19,7 +20,18 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   transfer->add_option("--repeat", options->repeat, "Measurements per side; best kept (default 5)")
       ->check(CLI::Range(1, 100));
-  return [transfer, options](const Config& config) -> int {
+  CLI::App* scheduler = bench->add_subcommand(
+      "scheduler", "Scheduler-side connector cost per step: 256 running requests, 32k-token prompts");
+  auto sched = std::make_shared<bench::SchedulerBenchOptions>();
+  scheduler->add_flag("--json", sched->json, "Print JSON Lines instead of text");
+  scheduler->add_option("--requests", sched->requests, "Requests running at once (default 256)")
+      ->check(CLI::Range(1, 65536));
+  scheduler->add_option("--steps", sched->steps, "Measured steps (default 1000)")
+      ->check(CLI::Range(1, 1000000));
+  scheduler->add_option("--world-size", sched->world_size, "Ranks acknowledging each job (default 2)")
+      ->check(CLI::Range(1, 64));
+  return [transfer, options, scheduler, sched](const Config& config) -> int {
+    if (scheduler->parsed()) return bench::run_scheduler_bench(*sched, std::cout);
     if (!transfer->parsed()) return -1;
     options->max_batch_descriptors = config.transfer.max_batch_descriptors;
     return bench::run_transfer_bench(*options, std::cout);

@@ -17,6 +17,9 @@ struct SchedulerConnector::RequestState {
   std::vector<std::vector<ChunkKey>> keys;    // per group: keys of the full chunks seen so far
   GroupBlocks blocks;                         // per group: the block table as the engine gave it
   std::vector<size_t> stored_chunks;          // per group: chunks [0, n) already considered
+  // Fast path of build_step_metadata: below this many computed tokens no group completes a
+  // chunk it has not considered, so a step that adds no block needs no work for the request.
+  size_t next_store_tokens = 0;
   bool counted_lookups = false;               // its prompt keys counted for store_threshold
   size_t match_from = 0;                      // num_computed of the last match
   size_t match_to = 0;                        // tokens the last match covers

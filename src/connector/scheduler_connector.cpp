@@ -1,6 +1,7 @@
 #include "kvtier/connector/scheduler_connector.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -11,7 +12,6 @@ namespace {
 
 constexpr size_t kMaxLookupCounts = size_t{1} << 20;  // store_threshold memory bound
 
-uint64_t block_key(size_t group, uint32_t block) { return (uint64_t{group} << 32) | block; }
 
 }  // namespace
 
@@ -44,6 +44,7 @@ SchedulerConnector::SchedulerConnector(SchedulerOptions options, CacheManager& c
                                 std::to_string(cache_.slot_bytes()) + " bytes cannot hold a chunk of " +
                                 std::to_string(options_.layout.max_chunk_bytes()));
   }
+  store_reading_.resize(options_.layout.groups.size());
   align_tokens_ = 1;
   for (const KvGroup& g : options_.layout.groups) {
     align_tokens_ = std::lcm(align_tokens_, g.chunk_tokens());
@@ -149,8 +150,8 @@ void SchedulerConnector::add_blocks(RequestState& r, const GroupBlocks& blocks,
   for (size_t g = 0; g < blocks.size(); ++g) {
     for (uint32_t b : blocks[g]) {
       // F10: the block has a new owner while a store still reads it.
-      if (auto it = store_reading_.find(block_key(g, b)); it != store_reading_.end()) {
-        flush.push_back(it->second);
+      if (b < store_reading_[g].size() && store_reading_[g][b] != 0) {
+        flush.push_back(store_reading_[g][b]);
         ++counters_.flushes;
       }
       r.blocks[g].push_back(b);
@@ -228,9 +229,6 @@ void SchedulerConnector::update_state_after_alloc(const RequestId& request,
   }
   for (size_t i = 0; i < transfer.chunks.size(); ++i) transfer.chunks[i].slot = (*slots)[i];
   for (const ChunkKey& k : job->keys) ++being_loaded_[k];
-  for (size_t g = 0; g < job->blocks.size(); ++g) {
-    for (uint32_t b : job->blocks[g]) load_writing_[block_key(g, b)] = job->id;
-  }
   r.load = job->id;
   ++counters_.jobs_issued;
   pending_loads_.push_back(std::move(transfer));
@@ -244,6 +242,12 @@ StepMetadata SchedulerConnector::build_step_metadata(const StepInput& step) {
   meta.flush = std::move(pending_flush_);
   pending_flush_.clear();
   for (const ScheduledRequest& s : step.requests) {
+    auto it = requests_.find(s.id);
+    const bool adds_blocks = std::ranges::any_of(s.new_blocks, [](const auto& b) { return !b.empty(); });
+    if (it != requests_.end() && !adds_blocks &&
+        s.num_computed_after_step < it->second->next_store_tokens) {
+      continue;  // a decode step inside a chunk: nothing to store, no block to fence
+    }
     RequestState& r = state_of(s.id, s.tokens, "");
     add_blocks(r, s.new_blocks, meta.flush);
     build_stores(r, s, meta);
@@ -278,6 +282,17 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
     }
     r.stored_chunks[g] = std::max(r.stored_chunks[g], end);
   }
+  // The next step that can complete a chunk not considered yet (none past the prompt unless
+  // decode chunks are stored).
+  r.next_store_tokens = std::numeric_limits<size_t>::max();
+  if (!r.load && !r.finished) {
+    for (size_t g = 0; g < r.keys.size(); ++g) {
+      const size_t next = (r.stored_chunks[g] + 1) * options_.layout.groups[g].chunk_tokens();
+      if (options_.store_decode || next <= s.num_prompt_tokens) {
+        r.next_store_tokens = std::min(r.next_store_tokens, next);
+      }
+    }
+  }
   if (candidates.empty()) return;
   std::vector<ChunkKey> keys;
   keys.reserve(candidates.size());
@@ -307,9 +322,11 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
     ChunkTransfer chunk{.group = c.group, .slot = plan->slots[i]};
     const auto first = r.blocks[c.group].begin() + static_cast<ptrdiff_t>(c.chunk * group.blocks_per_chunk);
     chunk.blocks.assign(first, first + group.blocks_per_chunk);
+    std::vector<JobId>& reading = store_reading_[c.group];
     for (uint32_t b : chunk.blocks) {
       job->blocks[c.group].push_back(b);
-      store_reading_[block_key(c.group, b)] = job->id;
+      if (b >= reading.size()) reading.resize(std::max<size_t>(b + 1, reading.size() * 2), 0);
+      reading[b] = job->id;
     }
     transfer.chunks.push_back(std::move(chunk));
   }
@@ -331,12 +348,16 @@ StepOutcome SchedulerConnector::update_from_worker_output(std::span<const Worker
     if (o.fail_stop) {
       fail_stop("rank " + std::to_string(o.rank) + ": " + o.fail_stop_reason, out);
     }
-    // F4: invalid blocks first, so that a load retired below sees all of them.
-    for (size_t g = 0; g < o.invalid_blocks.size(); ++g) {
+    // F4: invalid blocks first, so that a load retired below sees all of them. A failure
+    // path: the loads in flight are searched.
+    for (size_t g = 0; g < o.invalid_blocks.size() && g < store_reading_.size(); ++g) {
       for (uint32_t b : o.invalid_blocks[g]) {
-        auto it = load_writing_.find(block_key(g, b));
-        if (it == load_writing_.end()) continue;
-        jobs_.at(it->second)->invalid[g].push_back(b);
+        for (auto& [id, job] : jobs_) {
+          if (job->kind == JobKind::kLoad && std::ranges::find(job->blocks[g], b) != job->blocks[g].end()) {
+            job->invalid[g].push_back(b);
+            break;
+          }
+        }
       }
     }
     for (const JobVerdict& v : o.finished) ack(v.job, o.rank, v.outcome, out);
@@ -406,8 +427,7 @@ void SchedulerConnector::retire(Job& job, StepOutcome& out) {
     }
     for (size_t g = 0; g < job.blocks.size(); ++g) {
       for (uint32_t b : job.blocks[g]) {
-        auto it = store_reading_.find(block_key(g, b));
-        if (it != store_reading_.end() && it->second == job.id) store_reading_.erase(it);
+        if (store_reading_[g][b] == job.id) store_reading_[g][b] = 0;
       }
     }
     if (r) --r->stores_in_flight;
@@ -431,9 +451,6 @@ void SchedulerConnector::retire(Job& job, StepOutcome& out) {
     for (const ChunkKey& k : job.keys) {
       auto it = being_loaded_.find(k);
       if (--it->second == 0) being_loaded_.erase(it);
-    }
-    for (size_t g = 0; g < job.blocks.size(); ++g) {
-      for (uint32_t b : job.blocks[g]) load_writing_.erase(block_key(g, b));
     }
     if (r) r->load.reset();
     out.loads.push_back(std::move(done));
@@ -465,6 +482,7 @@ void SchedulerConnector::request_preempted(const RequestId& request) {
   if (r.load) throw std::logic_error("request_preempted: request " + request + " is loading");
   for (auto& blocks : r.blocks) blocks.clear();
   std::ranges::fill(r.stored_chunks, 0);
+  r.next_store_tokens = 0;
 }
 
 void SchedulerConnector::reset_cache() {
@@ -489,12 +507,13 @@ Status SchedulerConnector::audit() const {
     return make_error(ErrorCode::kFailedPrecondition,
                       "connector audit: " + std::to_string(jobs_.size()) + " jobs in flight");
   }
-  if (!being_loaded_.empty() || !store_reading_.empty() || !load_writing_.empty()) {
+  size_t reading = 0;
+  for (const auto& blocks : store_reading_) reading += blocks.size() - std::ranges::count(blocks, 0);
+  if (!being_loaded_.empty() || reading != 0) {
     return make_error(ErrorCode::kInternal,
                       "connector audit: leases outlive their jobs (" +
                           std::to_string(being_loaded_.size()) + " keys being loaded, " +
-                          std::to_string(store_reading_.size()) + " blocks read by stores, " +
-                          std::to_string(load_writing_.size()) + " blocks written by loads)");
+                          std::to_string(reading) + " blocks read by stores)");
   }
   return cache_.audit();
 }

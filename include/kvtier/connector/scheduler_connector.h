@@ -190,8 +190,8 @@ class SchedulerConnector {
   std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> lookups_seen_;  // store_threshold
   std::vector<JobId> pending_flush_;            // F10, found by update_state_after_alloc
   std::vector<LoadFinished> resumed_;           // loads that could not start
-  std::unordered_map<uint64_t, JobId> store_reading_;  // (group << 32 | block) -> newest store
-  std::unordered_map<uint64_t, JobId> load_writing_;   // (group << 32 | block) -> its load
+  // Per group, per device block: the newest store job in flight reading it, or 0 (F10).
+  std::vector<std::vector<JobId>> store_reading_;
   std::string fail_stop_reason_;
   ConnectorCounters counters_;
 };
