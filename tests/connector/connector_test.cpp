@@ -93,6 +93,37 @@ TEST(Connector, DecodeChunksAreStoredOnlyWhenConfigured) {
   }
 }
 
+TEST(Connector, LoadStartingInsideAChunkCopiesOnlyTheMissingBlocks) {
+  // A device prefix-cache hit of 4 tokens (one block) ends inside the first 8-token chunk.
+  ConnectorHarness h({});
+  const auto doc = make_tokens(32, 12);
+  h.add_request(with_suffix(doc, 3, 13), 1);
+  run_until_done(h);
+  SchedulerConnector& s = *h.scheduler;
+  const auto prompt = with_suffix(doc, 5, 14);
+  const Match m = s.get_num_new_matched_tokens({.id = "b", .tokens = prompt, .num_prompt_tokens = prompt.size()}, 4);
+  ASSERT_EQ(m.tokens, 28u);
+  s.update_state_after_alloc("b", GroupBlocks{{50, 51, 52, 53, 54, 55, 56, 57, 58}}, 28);
+  const StepMetadata meta = s.build_step_metadata({});
+  ASSERT_EQ(meta.loads.size(), 1u);
+  const auto& chunks = meta.loads[0].chunks;
+  ASSERT_EQ(chunks.size(), 4u);
+  EXPECT_EQ(chunks[0].first_block, 1u);
+  EXPECT_EQ(chunks[0].blocks, std::vector<uint32_t>{51});
+  EXPECT_EQ(chunks[1].first_block, 0u);
+  EXPECT_EQ(chunks[1].blocks, (std::vector<uint32_t>{52, 53}));
+  // Not a block boundary of the device cache: no match.
+  EXPECT_EQ(s.get_num_new_matched_tokens({.id = "c", .tokens = prompt, .num_prompt_tokens = prompt.size()}, 3).tokens, 0u);
+  WorkerOutput ack{.rank = 0, .finished = {{meta.loads[0].job}}};
+  const StepOutcome out = s.update_from_worker_output(std::span(&ack, 1));
+  ASSERT_EQ(out.loads.size(), 1u);
+  EXPECT_EQ(out.loads[0].num_computed, 32u);
+  s.request_finished("b");
+  s.request_finished("c");
+  Status audit = s.audit();
+  EXPECT_TRUE(audit) << audit.error().message;
+}
+
 TEST(Connector, BadCallsAreErrors) {
   CacheManager cache(8, 4096, *make_eviction_policy("lru", 8));
   EXPECT_THROW(SchedulerConnector({.world_size = 0, .layout = single_group_layout()}, cache),

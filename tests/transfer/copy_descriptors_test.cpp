@@ -52,6 +52,27 @@ TEST(CopyDescriptors, PerLayerConsecutiveBlocksCoalesceToOneDescriptorPerLayer) 
                                g.blocks_per_chunk * g.layer_block_bytes());
 }
 
+TEST(CopyDescriptors, PartialChunkLoadCopiesOnlyTheBlocksFromFirstBlock) {
+  for (DeviceLayout device_layout : {DeviceLayout::kPerLayer, DeviceLayout::kCrossLayer}) {
+    const KvLayout layout = small_layout(device_layout);
+    const Addresses a(layout);
+    const KvGroup& g = layout.groups[0];
+    // The chunk's blocks 0 and 1 are on the device already; blocks 2 and 3 land in 30 and 31.
+    const auto chunks = {ChunkTransfer{.group = 0, .blocks = {30, 31}, .slot = 1, .first_block = 2}};
+    const auto d = build_copy_descriptors(layout, a.caches, a.slots, Direction::kLoad, chunks, false);
+    const uint32_t pieces = device_layout == DeviceLayout::kPerLayer ? g.layers : 1;
+    ASSERT_EQ(d.size(), 2u * pieces);
+    EXPECT_EQ(total_bytes(d), g.chunk_bytes() / 2);
+    const uint64_t piece = device_layout == DeviceLayout::kPerLayer ? g.layer_block_bytes() : g.block_bytes();
+    EXPECT_EQ(d[0].src, a.slots.base + a.slots.slot_bytes + 2 * piece) << "slot position of block 2";
+    EXPECT_EQ(d[0].dst, a.caches.groups[0].bases[0] + 30 * piece);
+    // A block count that does not match first_block is a bug (F2).
+    const auto wrong = {ChunkTransfer{.group = 0, .blocks = {30, 31, 32}, .slot = 1, .first_block = 2}};
+    EXPECT_THROW(build_copy_descriptors(layout, a.caches, a.slots, Direction::kLoad, wrong, false),
+                 std::invalid_argument);
+  }
+}
+
 TEST(CopyDescriptors, GapsSplitRunsAndLoadSwapsSourceAndDestination) {
   const KvLayout layout = small_layout(DeviceLayout::kCrossLayer);
   const Addresses a(layout);
