@@ -55,6 +55,9 @@ const std::vector<Field>& config_fields() {
     constexpr Section<CacheConfig> cache{"cache", &Config::cache};
     constexpr Section<ConnectorConfig> connector{"connector", &Config::connector};
     constexpr Section<LayoutConfig> layout{"layout", &Config::layout};
+    constexpr Section<ModelSection> model{"model", &Config::model};
+    constexpr Section<EngineConfig> engine{"engine", &Config::engine};
+    constexpr Section<FaultsConfig> faults{"faults", &Config::faults};
     constexpr uint32_t kMaxU32 = std::numeric_limits<uint32_t>::max();
     return std::vector<Field>{
         transfer.field("transfer_deadline_s", &TransferConfig::transfer_deadline_s,
@@ -85,6 +88,9 @@ const std::vector<Field>& config_fields() {
         cache.field("shm_name", &CacheConfig::shm_name, text(),
                     "Name of the POSIX shared-memory object that backs the host pool; empty for "
                     "anonymous memory."),
+        connector.field("enabled", &ConnectorConfig::enabled, boolean(),
+                        "Offload KV to the host cache and load it back; false serves without "
+                        "kvtier (every prefix beyond the device cache is recomputed)."),
         connector.field("store_decode", &ConnectorConfig::store_decode, boolean(),
                         "Store chunks of generated tokens too, not only chunks of the prompt."),
         connector.field("store_threshold", &ConnectorConfig::store_threshold,
@@ -106,6 +112,54 @@ const std::vector<Field>& config_fields() {
                      "Tokens per block, the engine's paged KV unit."),
         layout.field("blocks_per_chunk", &LayoutConfig::blocks_per_chunk, integer_in(1, kMaxU32),
                      "Blocks per chunk, the offload unit."),
+        model.field("layers", &ModelSection::layers, integer_in(1, 64), "Transformer layers."),
+        model.field("q_heads", &ModelSection::q_heads, integer_in(1, 64),
+                    "Query heads; a multiple of kv_heads."),
+        model.field("kv_heads", &ModelSection::kv_heads, integer_in(1, 64),
+                    "KV heads, split over the tensor-parallel ranks (world_size must divide it)."),
+        model.field("head_dim", &ModelSection::head_dim, integer_in(2, 256), "Elements per head; even."),
+        model.field("hidden", &ModelSection::hidden, integer_in(1, 4096), "Width of the residual stream."),
+        model.field("mlp_dim", &ModelSection::mlp_dim, integer_in(1, 16384),
+                    "Width of the MLP (world_size must divide it)."),
+        model.field("max_context", &ModelSection::max_context, integer_in(1, 1 << 20),
+                    "Most tokens (prompt + output) of one request."),
+        model.field("sliding_window", &ModelSection::sliding_window, integer_in(0, 1 << 20),
+                    "0: every layer attends to the whole prefix. W > 0: odd layers attend to the "
+                    "last W positions and form a second KV-cache group (a hybrid model)."),
+        model.field("seed", &ModelSection::seed, integer_in(0, kMaxU32), "Seed of the random weights."),
+        engine.field("host", &EngineConfig::host, text(), "Address the HTTP server listens on."),
+        engine.field("port", &EngineConfig::port, integer_in(0, 65535),
+                     "Port of the HTTP server; 0 picks a free one and prints it."),
+        engine.field("model_name", &EngineConfig::model_name, text(),
+                     "Name the API serves the model under (/v1/models)."),
+        engine.field("engine_cores", &EngineConfig::engine_cores, integer_in(1, 64),
+                     "Engine-core processes; requests are spread over them."),
+        engine.field("world_size", &EngineConfig::world_size, integer_in(1, 64),
+                     "Tensor-parallel worker processes per engine core."),
+        engine.field("device_blocks", &EngineConfig::device_blocks, integer_in(1, 1 << 24),
+                     "KV blocks of device memory per rank and KV-cache group (the device prefix "
+                     "cache lives in them)."),
+        engine.field("max_batched_tokens", &EngineConfig::max_batched_tokens, integer_in(1, 1 << 20),
+                     "Tokens one engine step computes at most (chunked prefill)."),
+        engine.field("max_running_requests", &EngineConfig::max_running_requests,
+                     integer_in(1, 1 << 16), "Requests an engine core runs at once."),
+        engine.field("max_tokens", &EngineConfig::max_tokens, integer_in(1, 1 << 20),
+                     "Completion length when a request does not say."),
+        engine.field("heartbeat_interval_s", &EngineConfig::heartbeat_interval_s,
+                     positive_seconds(), "Interval of the scheduler and worker loops' heartbeats."),
+        engine.field("stall_timeout_s", &EngineConfig::stall_timeout_s, positive_seconds(),
+                     "A loop silent this long is reported stalled: /health answers 503. (H6)"),
+        faults.field("seed", &FaultsConfig::seed, integer_in(0, kMaxU32),
+                     "Seed of the injected device faults (each rank adds its rank)."),
+        faults.field("submit_failure_rate", &FaultsConfig::submit_failure_rate, fraction(),
+                     "Share of the workers' copy batches that fail at submit (Failed)."),
+        faults.field("latched_error_rate", &FaultsConfig::latched_error_rate, fraction(),
+                     "Share of copy batches whose stream reports an error once (Failed)."),
+        faults.field("delay_rate", &FaultsConfig::delay_rate, fraction(),
+                     "Share of copy batches that start late."),
+        faults.field("record_failure_rate", &FaultsConfig::record_failure_rate, fraction(),
+                     "Share of copy batches whose end marker cannot be recorded: Unprovable, the "
+                     "engine fail-stops. (F7, H4)"),
     };
   }();
   return table;

@@ -132,6 +132,23 @@ ConfigValue<double> positive_seconds() {
   };
 }
 
+ConfigValue<double> fraction() {
+  return {
+      .values = "a number in [0, 1]",
+      .parse = [](std::string_view text) -> Result<double> {
+        if (auto value = parse_whole<double>(text)) return *value;
+        return invalid("must be a number in [0, 1], got " + quoted(text));
+      },
+      .check = [](const double& value) -> Status {
+        if (!std::isfinite(value) || value < 0 || value > 1) {
+          return invalid("must be a number in [0, 1], got " + format_double(value));
+        }
+        return {};
+      },
+      .format = format_double,
+  };
+}
+
 ConfigValue<uint32_t> integer_in(uint32_t lo, uint32_t hi) {
   const std::string values = "integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   return {

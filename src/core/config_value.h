@@ -27,6 +27,8 @@ struct ConfigValue {
 // fires at once).
 ConfigValue<double> positive_seconds();
 ConfigValue<uint32_t> integer_in(uint32_t lo, uint32_t hi);
+// A probability: a finite number in [0, 1].
+ConfigValue<double> fraction();
 ConfigValue<bool> boolean();
 // A byte count > 0: an integer, or a number with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB,
 // TiB) that is a whole number of bytes: "4GiB", "1.5GB". Never rounded or wrapped.

@@ -245,11 +245,11 @@ TEST(Config, UnknownFieldOrSectionIsAnError) {
   ExpectMentions(ErrorOf(parse_config_yaml("cache:\n  host_byte: 4GiB\n")),
                  {"unknown field 'cache.host_byte'", "<yaml>:2", "host_bytes, eviction, shm_name"});
   ExpectMentions(ErrorOf(parse_config_yaml("cach:\n  host_bytes: 4GiB\n")),
-                 {"unknown section 'cach'", "<yaml>:1", "transfer, cache, layout"});
+                 {"unknown section 'cach'", "<yaml>:1", "transfer, cache, connector, layout, model, engine, faults"});
   ExpectMentions(ErrorOf(FromOverride("cache.host_byte=4GiB")),
                  {"unknown field 'cache.host_byte'", "--set", "host_bytes"});
   ExpectMentions(ErrorOf(FromOverride("cach.host_bytes=4GiB")),
-                 {"unknown field 'cach.host_bytes'", "transfer, cache, layout"});
+                 {"unknown field 'cach.host_bytes'", "transfer, cache, connector, layout, model, engine, faults"});
   ExpectMentions(ErrorOf(FromOverride("host_bytes=4GiB")), {"unknown section 'host_bytes'"});
   ExpectMentions(ErrorOf(FromEnv("KVTIER_CACHE_HOST_BYTE", "4GiB")),
                  {"unknown environment variable KVTIER_CACHE_HOST_BYTE"});

@@ -47,10 +47,54 @@ struct CacheConfig {
 
 // What the connector stores (its scheduler side).
 struct ConnectorConfig {
+  bool enabled = true;  // offload KV to the host cache at all
   bool store_decode = false;
   uint32_t store_threshold = 1;
 
   bool operator==(const ConnectorConfig&) const = default;
+};
+
+// The tiny test/demo transformer `kvtier serve` runs (engine/model_config.h checks the shape).
+struct ModelSection {
+  uint32_t layers = 4;
+  uint32_t q_heads = 2;
+  uint32_t kv_heads = 2;
+  uint32_t head_dim = 16;
+  uint32_t hidden = 64;
+  uint32_t mlp_dim = 128;
+  uint32_t max_context = 16384;
+  uint32_t sliding_window = 0;
+  uint32_t seed = 1;
+
+  bool operator==(const ModelSection&) const = default;
+};
+
+// `kvtier serve`: processes, scheduling and health.
+struct EngineConfig {
+  std::string host = "127.0.0.1";
+  uint32_t port = 8000;  // 0: any free port (printed at start)
+  std::string model_name = "kvtier-tiny";
+  uint32_t engine_cores = 1;
+  uint32_t world_size = 1;
+  uint32_t device_blocks = 2048;  // per rank and KV-cache group
+  uint32_t max_batched_tokens = 2048;
+  uint32_t max_running_requests = 64;
+  uint32_t max_tokens = 64;  // default completion length
+  double heartbeat_interval_s = 0.1;
+  double stall_timeout_s = 5.0;  // H6
+
+  bool operator==(const EngineConfig&) const = default;
+};
+
+// Device faults the engine's workers inject into their own copies (tests and demos).
+struct FaultsConfig {
+  uint32_t seed = 1;
+  double submit_failure_rate = 0;
+  double latched_error_rate = 0;
+  double delay_rate = 0;
+  double record_failure_rate = 0;  // Unprovable: the engine fail-stops (F7, H4)
+
+  bool operator==(const FaultsConfig&) const = default;
 };
 
 // The single KV-cache group the foundation uses.
@@ -71,6 +115,9 @@ struct Config {
   CacheConfig cache;
   ConnectorConfig connector;
   LayoutConfig layout;
+  ModelSection model;
+  EngineConfig engine;
+  FaultsConfig faults;
 
   // Every field within its rule and the layout valid; for configurations built in code (a
   // loaded one has passed already). The message names the field.
