@@ -23,7 +23,7 @@ inline constexpr uint32_t kVocabSize = 256;
 
 struct ModelConfig {
   uint32_t layers = 4;
-  uint32_t q_heads = 4;
+  uint32_t q_heads = 2;
   uint32_t kv_heads = 2;  // q_heads % kv_heads == 0 (GQA)
   uint32_t head_dim = 16;
   uint32_t hidden = 64;
