@@ -16,9 +16,9 @@ TEST(ModelConfig, DefaultsAreValid) {
 }
 
 TEST(ModelConfig, ZeroFieldsAreNamed) {
-  for (auto field : {&ModelConfig::layers, &ModelConfig::q_heads, &ModelConfig::kv_heads,
-                     &ModelConfig::head_dim, &ModelConfig::hidden, &ModelConfig::mlp_dim,
-                     &ModelConfig::max_context}) {
+  for (auto field :
+       {&ModelConfig::layers, &ModelConfig::q_heads, &ModelConfig::kv_heads, &ModelConfig::head_dim,
+        &ModelConfig::hidden, &ModelConfig::mlp_dim, &ModelConfig::max_context}) {
     ModelConfig c;
     c.*field = 0;
     EXPECT_NE(error_of(c).find("must be > 0"), std::string::npos) << error_of(c);

@@ -68,9 +68,7 @@ struct BlockTables {
     }
     return t;
   }
-  std::vector<std::span<const uint32_t>> spans() const {
-    return {groups.begin(), groups.end()};
-  }
+  std::vector<std::span<const uint32_t>> spans() const { return {groups.begin(), groups.end()}; }
 };
 
 // Runs tokens [start, start + size) of `tokens` in steps of the given sizes (the last size
@@ -84,7 +82,8 @@ inline std::vector<float> run_chunked(const TinyModel& model, CacheMemory& cache
   for (uint32_t pos = start; pos < tokens.size();) {
     const uint32_t n = std::min<uint32_t>(step_sizes[std::min(step, step_sizes.size() - 1)],
                                           static_cast<uint32_t>(tokens.size()) - pos);
-    ForwardInput input{.start = pos, .tokens = tokens.subspan(pos, n), .block_tables = tables.spans()};
+    ForwardInput input{
+        .start = pos, .tokens = tokens.subspan(pos, n), .block_tables = tables.spans()};
     logits = model.forward(input, cache.layout(), cache.addresses(), collective);
     pos += n;
     ++step;

@@ -30,9 +30,15 @@ struct Variant {
   bool hybrid;
 };
 
+std::string name_of(const Variant& v) {
+  return std::string(v.layout == DeviceLayout::kPerLayer ? "PerLayer" : "CrossLayer") +
+         (v.hybrid ? "Hybrid" : "Full");
+}
 std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
-  return std::string(info.param.layout == DeviceLayout::kPerLayer ? "PerLayer" : "CrossLayer") +
-         (info.param.hybrid ? "Hybrid" : "Full");
+  return name_of(info.param);
+}
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << name_of(v);
 }
 
 bool bits_equal(const std::vector<float>& a, const std::vector<float>& b) {
@@ -65,8 +71,8 @@ class TinyModelTest : public ::testing::TestWithParam<Variant> {
   // Group 0: 16-token blocks, 2 per chunk; group 1 (hybrid): 8-token blocks, 4 per chunk.
   KvLayout layout(const ModelConfig& c, uint32_t world_size = 1) const {
     const GroupBlocking blocking[] = {{16, 2}, {8, 4}};
-    return model_kv_layout(c, GetParam().layout,
-                           std::span(blocking).first(c.num_kv_groups()), world_size);
+    return model_kv_layout(c, GetParam().layout, std::span(blocking).first(c.num_kv_groups()),
+                           world_size);
   }
   BlockTables tables(const ModelConfig& c, uint32_t first, uint32_t stride) const {
     return BlockTables::strided(c.num_kv_groups(), kTableBlocks, first, stride, kNumBlocks);
@@ -150,15 +156,14 @@ TEST_P(TinyModelTest, ContinuingFromLoadedKvEqualsRecompute) {
     }
   }
 
-  const auto loaded_logits =
-      run_chunked(model, loaded, loaded_tables, tokens, history, {32}, one);
+  const auto loaded_logits = run_chunked(model, loaded, loaded_tables, tokens, history, {32}, one);
   const auto recomputed_logits =
       run_chunked(model, recomputed, recomputed_tables, tokens, 0, {160}, one);
   EXPECT_TRUE(bits_equal(loaded_logits, recomputed_logits));
   std::vector<TokenId> loaded_seq = tokens, recomputed_seq = tokens;
-  EXPECT_EQ(generate(model, loaded, loaded_tables, loaded_seq, loaded_logits, 8, one),
-            generate(model, recomputed, recomputed_tables, recomputed_seq, recomputed_logits, 8,
-                     one));
+  EXPECT_EQ(
+      generate(model, loaded, loaded_tables, loaded_seq, loaded_logits, 8, one),
+      generate(model, recomputed, recomputed_tables, recomputed_seq, recomputed_logits, 8, one));
   const uint32_t blocks = blocks_for(kv_layout, 0, 167);
   EXPECT_EQ(sequence_kv(loaded, 0, loaded_tables, blocks),
             sequence_kv(recomputed, 0, recomputed_tables, blocks));

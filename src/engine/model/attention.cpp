@@ -38,7 +38,9 @@ inline F4 load(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store(float* p, F4 v) { std::memcpy(p, &v, sizeof v); }
+inline void store(float* p, F4 v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
 using I4 = int32_t __attribute__((vector_size(4 * sizeof(int32_t))));
 

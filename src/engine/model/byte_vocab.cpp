@@ -26,7 +26,9 @@ std::string detokenize(std::span<const TokenId> tokens) {
   return text;
 }
 
-bool is_generatable(TokenId token) { return token == '\n' || (token >= 0x20 && token <= 0x7E); }
+bool is_generatable(TokenId token) {
+  return token == '\n' || (token >= 0x20 && token <= 0x7E);
+}
 
 TokenId greedy_token(std::span<const float> logits) {
   if (logits.size() != kVocabSize) {

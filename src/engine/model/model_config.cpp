@@ -16,16 +16,19 @@ std::unexpected<Error> invalid(std::string message) {
 
 Status ModelConfig::validate() const {
   const std::pair<const char*, uint32_t> positive[] = {
-      {"layers", layers},   {"q_heads", q_heads}, {"kv_heads", kv_heads},
-      {"head_dim", head_dim}, {"hidden", hidden},   {"mlp_dim", mlp_dim},
-      {"max_context", max_context}};
+      {"layers", layers}, {"q_heads", q_heads}, {"kv_heads", kv_heads},      {"head_dim", head_dim},
+      {"hidden", hidden}, {"mlp_dim", mlp_dim}, {"max_context", max_context}};
   for (const auto& [name, value] : positive) {
     if (value == 0) return invalid(std::string("model.") + name + " must be > 0");
   }
   // Bounds keep every buffer size far from overflow and the model tiny by construction.
   const std::pair<const char*, std::pair<uint32_t, uint32_t>> bounded[] = {
-      {"layers", {layers, 64}},   {"q_heads", {q_heads, 64}},   {"kv_heads", {kv_heads, 64}},
-      {"head_dim", {head_dim, 256}}, {"hidden", {hidden, 4096}}, {"mlp_dim", {mlp_dim, 16384}},
+      {"layers", {layers, 64}},
+      {"q_heads", {q_heads, 64}},
+      {"kv_heads", {kv_heads, 64}},
+      {"head_dim", {head_dim, 256}},
+      {"hidden", {hidden, 4096}},
+      {"mlp_dim", {mlp_dim, 16384}},
       {"max_context", {max_context, 1u << 20}}};
   for (const auto& [name, vb] : bounded) {
     if (vb.first > vb.second) {

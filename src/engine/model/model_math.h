@@ -27,9 +27,9 @@ void apply_rope(float* v, size_t heads, size_t head_dim, const float* cos, const
 // vectorizes and is the same in every code path. Relative error ~1e-6.
 inline float exp_nonpositive(float x) {
   x = x < -87.0f ? -87.0f : x;
-  const float t = x * 1.44269504088896341f;  // x * log2(e)
-  const int32_t k = static_cast<int32_t>(t);   // toward zero: t <= k <= 0
-  const float f = t - static_cast<float>(k);   // (-1, 0]
+  const float t = x * 1.44269504088896341f;   // x * log2(e)
+  const int32_t k = static_cast<int32_t>(t);  // toward zero: t <= k <= 0
+  const float f = t - static_cast<float>(k);  // (-1, 0]
   // 2^f = e^(f ln 2): Taylor series to degree 7.
   float p = 1.52527338e-5f;
   p = p * f + 1.54035304e-4f;

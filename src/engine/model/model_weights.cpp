@@ -34,7 +34,9 @@ std::vector<float> uniform(size_t count, float bound, uint64_t seed) {
 }
 
 // Variance 1 / fan_in: keeps activations O(1) through each projection.
-float fan_in_bound(uint32_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); }
+float fan_in_bound(uint32_t fan_in) {
+  return std::sqrt(3.0f / static_cast<float>(fan_in));
+}
 
 }  // namespace
 
@@ -52,10 +54,10 @@ ModelWeights generate_weights(const ModelConfig& c) {
     lw.wk = uniform(c.hidden * kv_dim, fan_in_bound(c.hidden), tensor_seed(s, l, "wk"));
     lw.wv = uniform(c.hidden * kv_dim, fan_in_bound(c.hidden), tensor_seed(s, l, "wv"));
     lw.wo = uniform(q_dim * c.hidden, fan_in_bound(q_dim), tensor_seed(s, l, "wo"));
-    lw.w_up = uniform(size_t{c.hidden} * c.mlp_dim, fan_in_bound(c.hidden),
-                      tensor_seed(s, l, "w_up"));
-    lw.w_down = uniform(size_t{c.mlp_dim} * c.hidden, fan_in_bound(c.mlp_dim),
-                        tensor_seed(s, l, "w_down"));
+    lw.w_up =
+        uniform(size_t{c.hidden} * c.mlp_dim, fan_in_bound(c.hidden), tensor_seed(s, l, "w_up"));
+    lw.w_down =
+        uniform(size_t{c.mlp_dim} * c.hidden, fan_in_bound(c.mlp_dim), tensor_seed(s, l, "w_down"));
   }
   w.final_norm.assign(c.hidden, 1.0f);
   // Logits with a spread of a few units, so greedy choices depend on the context.

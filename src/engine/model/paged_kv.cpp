@@ -22,7 +22,7 @@ float* PagedKv::head(uint32_t layer, uint32_t kv, uint32_t position, uint32_t kv
   }
   const uint64_t slot = position % group_.block_size;
   const uint64_t row = uint64_t{group_.kv_heads} * group_.head_dim;  // floats per token
-  uint64_t offset;  // in floats
+  uint64_t offset;                                                   // in floats
   DeviceAddress base;
   if (layout_ == DeviceLayout::kPerLayer) {
     base = addresses_.bases[layer];

@@ -39,8 +39,7 @@ void rope_tables(uint32_t start, uint32_t n, uint32_t head_dim, std::vector<floa
   sin.resize(size_t{n} * half);
   for (uint32_t i = 0; i < n; ++i) {
     for (uint32_t j = 0; j < half; ++j) {
-      const double angle =
-          static_cast<double>(start + i) * std::pow(10000.0, -2.0 * j / head_dim);
+      const double angle = static_cast<double>(start + i) * std::pow(10000.0, -2.0 * j / head_dim);
       cos[size_t{i} * half + j] = static_cast<float>(std::cos(angle));
       sin[size_t{i} * half + j] = static_cast<float>(std::sin(angle));
     }
@@ -72,8 +71,7 @@ TinyModel::~TinyModel() = default;
 TinyModel::TinyModel(TinyModel&&) noexcept = default;
 
 std::vector<float> TinyModel::forward(const ForwardInput& input, const KvLayout& layout,
-                                      const KvCacheAddresses& cache,
-                                      Collective& collective) const {
+                                      const KvCacheAddresses& cache, Collective& collective) const {
   check(input, layout, cache, collective);
   const ModelConfig& c = config_;
   const model_internal::ModelWeights& w = *weights_;
@@ -116,10 +114,10 @@ std::vector<float> TinyModel::forward(const ForwardInput& input, const KvLayout&
     model_internal::rms_norm(a.x.data(), n, hidden, lw.attn_norm.data(), a.xn.data());
     model_internal::matmul(a.xn.data(), n, hidden, hidden, lw.wq.data(), q_dim, s.q_begin * hd,
                            q_local, a.q.data(), q_local);
-    model_internal::matmul(a.xn.data(), n, hidden, hidden, lw.wk.data(), kv_dim,
-                           s.kv_begin * hd, kv_local, a.k.data(), kv_local);
-    model_internal::matmul(a.xn.data(), n, hidden, hidden, lw.wv.data(), kv_dim,
-                           s.kv_begin * hd, kv_local, a.v.data(), kv_local);
+    model_internal::matmul(a.xn.data(), n, hidden, hidden, lw.wk.data(), kv_dim, s.kv_begin * hd,
+                           kv_local, a.k.data(), kv_local);
+    model_internal::matmul(a.xn.data(), n, hidden, hidden, lw.wv.data(), kv_dim, s.kv_begin * hd,
+                           kv_local, a.v.data(), kv_local);
     for (uint32_t i = 0; i < n; ++i) {
       const float* cos = a.cos.data() + i * hd / 2;
       const float* sin = a.sin.data() + i * hd / 2;
@@ -156,8 +154,8 @@ std::vector<float> TinyModel::forward(const ForwardInput& input, const KvLayout&
     // MLP: this rank's units, then gather every unit's activation.
     model_internal::rms_norm(a.x.data(), n, hidden, lw.mlp_norm.data(), a.xn.data());
     a.act.assign(n * size_t{c.mlp_dim}, 0.0f);
-    model_internal::matmul(a.xn.data(), n, hidden, hidden, lw.w_up.data(), c.mlp_dim,
-                           s.mlp_begin, s.mlp_count, a.act.data() + s.mlp_begin, c.mlp_dim);
+    model_internal::matmul(a.xn.data(), n, hidden, hidden, lw.w_up.data(), c.mlp_dim, s.mlp_begin,
+                           s.mlp_count, a.act.data() + s.mlp_begin, c.mlp_dim);
     for (uint32_t i = 0; i < n; ++i) {
       float* u = a.act.data() + size_t{i} * c.mlp_dim + s.mlp_begin;
       for (uint32_t j = 0; j < s.mlp_count; ++j) {

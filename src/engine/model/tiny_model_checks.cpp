@@ -20,8 +20,8 @@ void TinyModel::check(const ForwardInput& input, const KvLayout& layout,
   const ModelConfig& c = config_;
   if (collective.rank() != rank_ || collective.world_size() != world_size_) {
     bad("collective is rank " + std::to_string(collective.rank()) + " of " +
-        std::to_string(collective.world_size()) + ", the model is rank " +
-        std::to_string(rank_) + " of " + std::to_string(world_size_));
+        std::to_string(collective.world_size()) + ", the model is rank " + std::to_string(rank_) +
+        " of " + std::to_string(world_size_));
   }
   if (input.tokens.empty()) bad("no tokens");
   if (uint64_t{input.start} + input.tokens.size() > c.max_context) {
