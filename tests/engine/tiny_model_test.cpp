@@ -169,6 +169,44 @@ TEST_P(TinyModelTest, ContinuingFromLoadedKvEqualsRecompute) {
             sequence_kv(recomputed, 0, recomputed_tables, blocks));
 }
 
+TEST_P(TinyModelTest, BatchedForwardEqualsSeparateForwards) {
+  const ModelConfig c = config();
+  const TinyModel model(c, 0, 1);
+  SingleRankCollective one;
+  const std::vector<TokenId> a_tokens = prompt(41);
+  const std::vector<TokenId> b_tokens = tokenize("A different prompt, long enough to chunk it.");
+  ASSERT_EQ(b_tokens.size(), 44u);
+  CacheMemory batched(layout(c), kNumBlocks), separate(layout(c), kNumBlocks);
+  const BlockTables a_tables = tables(c, 0, 1), b_tables = tables(c, 30, 1);
+  // Step 1: prefill a[0, 40) and b[0, 25); step 2: decode a[40], prefill b[25, 44).
+  const std::pair<uint32_t, uint32_t> a_steps[] = {{0, 40}, {40, 1}};
+  const std::pair<uint32_t, uint32_t> b_steps[] = {{0, 25}, {25, 19}};
+  for (int step = 0; step < 2; ++step) {
+    const auto input = [](const std::vector<TokenId>& tokens, std::pair<uint32_t, uint32_t> range,
+                          const BlockTables& t) {
+      return ForwardInput{.start = range.first,
+                          .tokens = std::span(tokens).subspan(range.first, range.second),
+                          .block_tables = t.spans()};
+    };
+    const ForwardInput both[] = {input(a_tokens, a_steps[step], a_tables),
+                                 input(b_tokens, b_steps[step], b_tables)};
+    const auto together = model.forward_batch(both, batched.layout(), batched.addresses(), one);
+    ASSERT_EQ(together.size(), 2u);
+    for (int seq = 0; seq < 2; ++seq) {
+      const auto alone = model.forward(both[seq], separate.layout(), separate.addresses(), one);
+      EXPECT_TRUE(bits_equal(together[seq], alone)) << "step " << step << " sequence " << seq;
+    }
+  }
+  for (uint32_t g = 0; g < c.num_kv_groups(); ++g) {
+    for (const BlockTables* t : {&a_tables, &b_tables}) {
+      const uint32_t blocks = blocks_for(batched.layout(), g, 44);
+      EXPECT_EQ(sequence_kv(batched, g, *t, blocks), sequence_kv(separate, g, *t, blocks));
+    }
+  }
+  EXPECT_THROW(model.forward_batch({}, batched.layout(), batched.addresses(), one),
+               std::invalid_argument);
+}
+
 // Every world_size the config allows gives the same logits bits and tokens.
 TEST_P(TinyModelTest, TensorParallelRanksGiveTheSameOutputForEveryWorldSize) {
   const ModelConfig c = config(/*kv_heads=*/4, /*q_heads=*/8);

@@ -10,13 +10,14 @@
 // heads, and MLP units [r*mlp_dim/N, (r+1)*mlp_dim/N). The residual stream, output projection,
 // MLP down projection and LM head are computed redundantly on every rank.
 //
-// Collective call sequence of one forward of n tokens (identical on every rank; every rank
-// must run the same forwards in the same order):
+// Collective call sequence of one forward_batch of N tokens in all (forward: N = n), identical
+// on every rank; every rank must make the same calls with the same batches in the same order:
 //   for each layer l = 0 … layers-1:
-//     all_reduce_sum(n * q_heads * head_dim floats)   attention outputs, [n][q_heads][head_dim]
-//     all_reduce_sum(n * mlp_dim floats)              MLP activations,   [n][mlp_dim]
-// i.e. 2 * layers calls. Each rank fills only the elements it owns and +0.0 elsewhere (values
-// it owns are never -0.0), so summing in rank order reproduces the owner's bits exactly.
+//     all_reduce_sum(N * q_heads * head_dim floats)   attention outputs, [N][q_heads][head_dim]
+//     all_reduce_sum(N * mlp_dim floats)              MLP activations,   [N][mlp_dim]
+// i.e. 2 * layers calls, whatever world_size (world_size 1 included). Each rank fills only the
+// elements it owns and +0.0 elsewhere (values it owns are never -0.0), so summing in rank order
+// reproduces the owner's bits exactly.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +69,15 @@ class TinyModel {
   // world_size. Const and reentrant: concurrent calls must not share cache blocks they write.
   std::vector<float> forward(const ForwardInput& input, const KvLayout& layout,
                              const KvCacheAddresses& cache, Collective& collective) const;
+
+  // Several sequences in one step (one collective call per layer and kind for all of them);
+  // returns each one's logits, in order. Bit-identical to separate forward calls. Sequences
+  // must not write the same blocks; every sequence's K/V of a layer is written before any
+  // sequence of the batch attends in that layer. An empty batch is std::invalid_argument.
+  std::vector<std::vector<float>> forward_batch(std::span<const ForwardInput> inputs,
+                                                const KvLayout& layout,
+                                                const KvCacheAddresses& cache,
+                                                Collective& collective) const;
 
  private:
   void check(const ForwardInput& input, const KvLayout& layout, const KvCacheAddresses& cache,
