@@ -15,6 +15,24 @@ TEST(ModelConfig, DefaultsAreValid) {
   EXPECT_EQ(error_of(ModelConfig{}, 2), "");
 }
 
+TEST(ModelConfig, ModelIdNamesEveryKvShapingField) {
+  const ModelConfig base;
+  EXPECT_EQ(base.model_id(), "tiny-l4-q2-kv2-d16-h64-m128-w0-s1");
+  for (auto field : {&ModelConfig::layers, &ModelConfig::q_heads, &ModelConfig::kv_heads,
+                     &ModelConfig::head_dim, &ModelConfig::hidden, &ModelConfig::mlp_dim,
+                     &ModelConfig::sliding_window}) {
+    ModelConfig c;
+    c.*field += 2;
+    EXPECT_NE(c.model_id(), base.model_id());
+  }
+  ModelConfig c;
+  c.seed = 2;
+  EXPECT_NE(c.model_id(), base.model_id());
+  c = {};
+  c.max_context = 99;  // does not change any KV
+  EXPECT_EQ(c.model_id(), base.model_id());
+}
+
 TEST(ModelConfig, ZeroFieldsAreNamed) {
   for (auto field :
        {&ModelConfig::layers, &ModelConfig::q_heads, &ModelConfig::kv_heads, &ModelConfig::head_dim,

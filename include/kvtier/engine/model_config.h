@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "kvtier/core/kv_layout.h"
 #include "kvtier/core/status.h"
@@ -36,6 +37,10 @@ struct ModelConfig {
   Status validate() const;
   // As validate(), plus: world_size > 0 and divides kv_heads and mlp_dim.
   Status validate_for(uint32_t world_size) const;
+
+  // Names everything that shapes the KV (not max_context), for KeyNamespace::model: two
+  // configs with the same id compute the same KV. E.g. "tiny-l4-q2-kv2-d16-h64-m128-w0-s1".
+  std::string model_id() const;
 
   uint32_t num_kv_groups() const { return sliding_window == 0 ? 1 : 2; }
   // The KV-cache group layer `layer` writes, and its index among that group's layers.

@@ -47,18 +47,13 @@ using I4 = int32_t __attribute__((vector_size(4 * sizeof(int32_t))));
 // exp_nonpositive (model_math.h) on four values: the same operations, element-wise, so each
 // result has the same bits as the scalar function's.
 inline F4 exp_nonpositive4(F4 x) {
-  const F4 floor_value = {-87.0f, -87.0f, -87.0f, -87.0f};
+  const F4 floor_value = {kExpFloor, kExpFloor, kExpFloor, kExpFloor};
   x = x < floor_value ? floor_value : x;
-  const F4 t = x * 1.44269504088896341f;
+  const F4 t = x * kLog2E;
   const I4 k = __builtin_convertvector(t, I4);
   const F4 f = t - __builtin_convertvector(k, F4);
-  F4 p = f * 1.52527338e-5f + 1.54035304e-4f;
-  p = p * f + 1.33335581e-3f;
-  p = p * f + 9.61812911e-3f;
-  p = p * f + 5.55041087e-2f;
-  p = p * f + 2.40226507e-1f;
-  p = p * f + 6.93147181e-1f;
-  p = p * f + 1.0f;
+  F4 p = {kExp2Taylor[0], kExp2Taylor[0], kExp2Taylor[0], kExp2Taylor[0]};
+  for (int i = 1; i < 8; ++i) p = p * f + kExp2Taylor[i];
   return p * reinterpret_cast<F4>((k + 127) << 23);
 }
 

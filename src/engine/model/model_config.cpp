@@ -69,6 +69,13 @@ Status ModelConfig::validate_for(uint32_t world_size) const {
   return {};
 }
 
+std::string ModelConfig::model_id() const {
+  return "tiny-l" + std::to_string(layers) + "-q" + std::to_string(q_heads) + "-kv" +
+         std::to_string(kv_heads) + "-d" + std::to_string(head_dim) + "-h" +
+         std::to_string(hidden) + "-m" + std::to_string(mlp_dim) + "-w" +
+         std::to_string(sliding_window) + "-s" + std::to_string(seed);
+}
+
 uint32_t ModelConfig::group_of_layer(uint32_t layer) const {
   return sliding_window == 0 ? 0 : layer % 2;
 }

@@ -23,22 +23,23 @@ void rms_norm(const float* x, size_t rows, size_t dim, const float* gain, float*
 // cos/sin (head_dim / 2 each) are given.
 void apply_rope(float* v, size_t heads, size_t head_dim, const float* cos, const float* sin);
 
-// e^x for x <= 0 (inputs below -87 are clamped) from float operations only, so that it
-// vectorizes and is the same in every code path. Relative error ~1e-6.
+// e^x for x <= 0 from float operations only, so that it vectorizes and is the same in every
+// code path (attention.cpp has a four-wide twin built from the same constants and steps):
+//   x = max(x, kExpFloor); t = x * log2(e); k = trunc(t); f = t - k in (-1, 0];
+//   e^x = 2^f * 2^k, 2^f by Horner over kExp2Taylor (degree 7, highest first). Rel. error ~1e-6.
+inline constexpr float kExpFloor = -87.0f;
+inline constexpr float kLog2E = 1.44269504088896341f;
+inline constexpr float kExp2Taylor[8] = {
+    1.52527338e-5f, 1.54035304e-4f, 1.33335581e-3f, 9.61812911e-3f,
+    5.55041087e-2f, 2.40226507e-1f, 6.93147181e-1f, 1.0f};
+
 inline float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float t = x * 1.44269504088896341f;   // x * log2(e)
+  x = x < kExpFloor ? kExpFloor : x;
+  const float t = x * kLog2E;
   const int32_t k = static_cast<int32_t>(t);  // toward zero: t <= k <= 0
-  const float f = t - static_cast<float>(k);  // (-1, 0]
-  // 2^f = e^(f ln 2): Taylor series to degree 7.
-  float p = 1.52527338e-5f;
-  p = p * f + 1.54035304e-4f;
-  p = p * f + 1.33335581e-3f;
-  p = p * f + 9.61812911e-3f;
-  p = p * f + 5.55041087e-2f;
-  p = p * f + 2.40226507e-1f;
-  p = p * f + 6.93147181e-1f;
-  p = p * f + 1.0f;
+  const float f = t - static_cast<float>(k);
+  float p = kExp2Taylor[0];
+  for (int i = 1; i < 8; ++i) p = p * f + kExp2Taylor[i];
   return p * std::bit_cast<float>((k + 127) << 23);
 }
 
