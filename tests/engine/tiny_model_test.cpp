@@ -142,8 +142,8 @@ TEST_P(TinyModelTest, ContinuingFromLoadedKvEqualsRecompute) {
         return std::vector<uint32_t>(t.groups[g].begin() + chunk * per_chunk,
                                      t.groups[g].begin() + (chunk + 1) * per_chunk);
       };
-      stores.push_back({g, at(source_tables), g * 4 + chunk});
-      loads.push_back({g, at(loaded_tables), g * 4 + chunk});
+      stores.push_back({.group = g, .blocks = at(source_tables), .slot = g * 4 + chunk});
+      loads.push_back({.group = g, .blocks = at(loaded_tables), .slot = g * 4 + chunk});
     }
     if (g == 1) std::fill_n(loaded_tables.groups[1].begin(), 3 * per_chunk, kNoBlock);
   }
