@@ -1,0 +1,30 @@
+// Messages between the processes of `kvtier serve`: one ZeroMQ frame holding a MessagePack map
+// whose field "t" names the message type (docs/engine.md lists them). A ROUTER socket's peer
+// routing id travels as the frame before it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <zmq.hpp>
+
+#include "kvtier/core/status.h"
+
+namespace kvtier {
+
+struct Envelope {
+  std::string peer;  // routing id of the sender (ROUTER sockets only)
+  nlohmann::json body;
+};
+
+// DEALER side: sends `body`. Never blocks for long: a peer that is gone drops the message.
+void send_message(zmq::socket_t& socket, const nlohmann::json& body);
+// ROUTER side: sends `body` to `peer`; an unknown peer drops it.
+void send_message_to(zmq::socket_t& socket, const std::string& peer, const nlohmann::json& body);
+
+// Receives one message if one is waiting, without blocking. nullopt: nothing waiting. A frame
+// that is not a MessagePack map with a string "t" is kInvalidArgument (the caller logs and goes
+// on: a malformed message never takes a process down).
+std::optional<Result<Envelope>> try_receive(zmq::socket_t& socket, bool router);
+
+}  // namespace kvtier

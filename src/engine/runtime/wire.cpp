@@ -1,0 +1,56 @@
+#include "kvtier/engine/wire.h"
+
+#include <vector>
+
+namespace kvtier {
+namespace {
+
+zmq::message_t encode(const nlohmann::json& body) {
+  const std::vector<uint8_t> bytes = nlohmann::json::to_msgpack(body);
+  return zmq::message_t(bytes.data(), bytes.size());
+}
+
+}  // namespace
+
+void send_message(zmq::socket_t& socket, const nlohmann::json& body) {
+  (void)socket.send(encode(body), zmq::send_flags::dontwait);
+}
+
+void send_message_to(zmq::socket_t& socket, const std::string& peer, const nlohmann::json& body) {
+  if (!socket.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
+  (void)socket.send(encode(body), zmq::send_flags::dontwait);
+}
+
+std::optional<Result<Envelope>> try_receive(zmq::socket_t& socket, bool router) {
+  Envelope envelope;
+  zmq::message_t frame;
+  if (router) {
+    if (!socket.recv(frame, zmq::recv_flags::dontwait)) return std::nullopt;
+    envelope.peer = frame.to_string();
+    if (!frame.more()) return make_error(ErrorCode::kInvalidArgument, "message without a body");
+    if (!socket.recv(frame, zmq::recv_flags::none)) {
+      return make_error(ErrorCode::kInvalidArgument, "message without a body");
+    }
+  } else if (!socket.recv(frame, zmq::recv_flags::dontwait)) {
+    return std::nullopt;
+  }
+  // Drain any extra frames: one message is exactly one body frame.
+  bool extra = frame.more();
+  while (extra) {
+    zmq::message_t rest;
+    (void)socket.recv(rest, zmq::recv_flags::none);
+    extra = rest.more();
+  }
+  auto body = nlohmann::json::from_msgpack(static_cast<const uint8_t*>(frame.data()),
+                                           static_cast<const uint8_t*>(frame.data()) + frame.size(),
+                                           true, false);
+  if (body.is_discarded() || !body.is_object() || !body.contains("t") || !body["t"].is_string()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "malformed message from '" + envelope.peer + "' (" +
+                          std::to_string(frame.size()) + " bytes)");
+  }
+  envelope.body = std::move(body);
+  return envelope;
+}
+
+}  // namespace kvtier
