@@ -22,8 +22,8 @@ double time_contiguous(Device& device, StreamHandle stream, EventHandle done, Co
 }  // namespace
 
 int run_cuda_transfer_bench(const TransferBenchOptions& o, std::ostream& out, std::ostream& err) {
-  auto opened = CudaDevice::open({.ordinal = o.cuda_ordinal,
-                                  .max_descriptors_per_call = o.max_batch_descriptors});
+  auto opened = CudaDevice::open(
+      {.ordinal = o.cuda_ordinal, .max_descriptors_per_call = o.max_batch_descriptors});
   if (!opened) {
     err << "kvtier bench transfer --device cuda: " << opened.error().message << "\n";
     return 1;
@@ -55,9 +55,9 @@ int run_cuda_transfer_bench(const TransferBenchOptions& o, std::ostream& out, st
         time_engine(engine, s, dir, next_job);  // warm pools, pages and the link
         time_contiguous(device, copy_stream, done, kind, contiguous, s.slots.base, bytes);
         for (int r = 0; r < o.repeat; ++r) {  // interleaved: both sides see the same noise
-          best_contiguous = std::min(best_contiguous, time_contiguous(device, copy_stream, done,
-                                                                      kind, contiguous,
-                                                                      s.slots.base, bytes));
+          best_contiguous = std::min(
+              best_contiguous,
+              time_contiguous(device, copy_stream, done, kind, contiguous, s.slots.base, bytes));
           best_engine = std::min(best_engine, time_engine(engine, s, dir, next_job));
         }
         const double kvtier_gbps = double(bytes) / best_engine / 1e9;

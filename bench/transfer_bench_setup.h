@@ -2,13 +2,12 @@
 // host slots for it, timing the transfer engine over them, and printing one row.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iomanip>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -42,7 +41,8 @@ struct Setup {
     GroupCacheAddresses cache{.num_blocks = num_blocks};
     const bool per_layer = layout.device_layout == DeviceLayout::kPerLayer;
     const size_t tensors = per_layer ? g.layers : 1;
-    const size_t tensor_bytes = size_t{num_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
+    const size_t tensor_bytes =
+        size_t{num_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
     for (size_t i = 0; i < tensors; ++i) {
       cache.bases.push_back(device.allocate(tensor_bytes));
       if (touch_device_memory) {
@@ -61,7 +61,8 @@ struct Setup {
     std::shuffle(slot_order.begin(), slot_order.end(), std::mt19937(1234));
     for (uint32_t c = 0; c < num_chunks; ++c) {
       ChunkTransfer t{.group = 0, .slot = slot_order[c]};
-      for (uint32_t j = 0; j < g.blocks_per_chunk; ++j) t.blocks.push_back(c * g.blocks_per_chunk + j);
+      for (uint32_t j = 0; j < g.blocks_per_chunk; ++j)
+        t.blocks.push_back(c * g.blocks_per_chunk + j);
       chunks.push_back(std::move(t));
     }
   }

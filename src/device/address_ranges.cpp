@@ -27,9 +27,9 @@ bool AddressRanges::overlaps(DeviceAddress base, size_t bytes) const {
 size_t AddressRanges::remove(DeviceAddress base, Kind kind, std::string_view who) {
   auto it = ranges_.find(base);
   if (it == ranges_.end() || it->second.kind != kind) {
-    throw std::invalid_argument(std::string(who) + ": not a " +
-                                (kind == Kind::kDevice ? "device allocation"
-                                                       : "registered host range"));
+    throw std::invalid_argument(
+        std::string(who) + ": not a " +
+        (kind == Kind::kDevice ? "device allocation" : "registered host range"));
   }
   const size_t bytes = it->second.bytes;
   ranges_.erase(it);

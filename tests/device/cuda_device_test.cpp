@@ -20,20 +20,21 @@ Result<std::unique_ptr<Device>> open_cuda(CudaDeviceOptions options) {
   return std::unique_ptr<Device>(std::move(*device));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cuda, DeviceContract,
-    ::testing::Values(DeviceFactory{"CudaBatch",
-                                    [](size_t cap) {
-                                      return open_cuda({.max_descriptors_per_call = cap,
-                                                        .max_batch_copies = 7,
-                                                        .register_piece_bytes = 4096});
-                                    }},
-                      DeviceFactory{"CudaPerCopy",
-                                    [](size_t cap) {
-                                      return open_cuda({.max_descriptors_per_call = cap,
-                                                        .use_batch_api = false});
-                                    }}),
-    device_label);
+INSTANTIATE_TEST_SUITE_P(Cuda, DeviceContract,
+                         ::testing::Values(DeviceFactory{"CudaBatch",
+                                                         [](size_t cap) {
+                                                           return open_cuda(
+                                                               {.max_descriptors_per_call = cap,
+                                                                .max_batch_copies = 7,
+                                                                .register_piece_bytes = 4096});
+                                                         }},
+                                           DeviceFactory{"CudaPerCopy",
+                                                         [](size_t cap) {
+                                                           return open_cuda(
+                                                               {.max_descriptors_per_call = cap,
+                                                                .use_batch_api = false});
+                                                         }}),
+                         device_label);
 
 TEST(CudaDevice, WithoutAGpuOpenIsAnErrorThatSaysSo) {
   auto device = CudaDevice::open();

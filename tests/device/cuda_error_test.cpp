@@ -11,11 +11,11 @@ namespace kvtier::cuda {
 namespace {
 
 TEST(CudaError, ContextPoisoningErrorsAreSticky) {
-  for (cudaError_t e : {cudaErrorIllegalAddress, cudaErrorLaunchFailure,
-                        cudaErrorHardwareStackError, cudaErrorIllegalInstruction,
-                        cudaErrorMisalignedAddress, cudaErrorInvalidAddressSpace,
-                        cudaErrorInvalidPc, cudaErrorECCUncorrectable, cudaErrorLaunchTimeout,
-                        cudaErrorAssert, cudaErrorContained, cudaErrorNvlinkUncorrectable}) {
+  for (cudaError_t e :
+       {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorHardwareStackError,
+        cudaErrorIllegalInstruction, cudaErrorMisalignedAddress, cudaErrorInvalidAddressSpace,
+        cudaErrorInvalidPc, cudaErrorECCUncorrectable, cudaErrorLaunchTimeout, cudaErrorAssert,
+        cudaErrorContained, cudaErrorNvlinkUncorrectable}) {
     EXPECT_EQ(classify(e), ErrorClass::kSticky) << cudaGetErrorName(e);
   }
 }

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "kvtier/core/status.h"
@@ -36,6 +37,11 @@ class DeviceContract : public ::testing::TestWithParam<DeviceFactory> {
  private:
   std::unique_ptr<Device> device_;
 };
+
+// gtest prints the parameter by its label.
+inline void PrintTo(const DeviceFactory& factory, std::ostream* os) {
+  *os << factory.label;
+}
 
 inline std::string device_label(const ::testing::TestParamInfo<DeviceFactory>& info) {
   return info.param.label;

@@ -123,7 +123,8 @@ TEST_P(DeviceContract, F2_BadDescriptorsAreInvalidArgumentAndEnqueueNothing) {
   EXPECT_THROW(device().copy_batch(s, CopyKind::kDeviceToHost, overrun), std::invalid_argument);
   const std::vector<CopyDescriptor> empty_copy{{dev, host.addr(), 0}};
   EXPECT_THROW(device().copy_batch(s, CopyKind::kDeviceToHost, empty_copy), std::invalid_argument);
-  const std::vector<CopyDescriptor> too_many(kMaxDescriptors + 1, CopyDescriptor{dev, host.addr(), 1});
+  const std::vector<CopyDescriptor> too_many(kMaxDescriptors + 1,
+                                             CopyDescriptor{dev, host.addr(), 1});
   EXPECT_THROW(device().copy_batch(s, CopyKind::kDeviceToHost, too_many), std::invalid_argument);
   EXPECT_THROW(device().copy_batch(StreamHandle{999}, CopyKind::kDeviceToHost, {}),
                std::invalid_argument);

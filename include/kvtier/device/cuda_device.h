@@ -93,7 +93,7 @@ class CudaDevice final : public Device {
 
   const CudaDeviceOptions options_;
   const std::string gpu_name_;
-  void* const batch_api_;  // the resolved cuMemcpyBatchAsync, or null
+  void* const batch_api_;               // the resolved cuMemcpyBatchAsync, or null
   const bool batch_api_reports_index_;  // the CUDA 12.8 ABI, with a failure index
   mutable std::mutex mu_;
   AddressRanges ranges_;

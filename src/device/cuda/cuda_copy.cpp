@@ -19,8 +19,8 @@ using BatchWithoutIndex = PFN_cuMemcpyBatchAsync_v13000;
 void* entry_point(unsigned int version) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  const cudaError_t err =
-      cudaGetDriverEntryPointByVersion("cuMemcpyBatchAsync", &fn, version, cudaEnableDefault, &found);
+  const cudaError_t err = cudaGetDriverEntryPointByVersion("cuMemcpyBatchAsync", &fn, version,
+                                                           cudaEnableDefault, &found);
   return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? fn : nullptr;
 }
 

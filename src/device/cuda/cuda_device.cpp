@@ -16,8 +16,12 @@ using cuda::check;
 
 namespace {
 
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-cudaEvent_t as_event(void* e) { return static_cast<cudaEvent_t>(e); }
+cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+cudaEvent_t as_event(void* e) {
+  return static_cast<cudaEvent_t>(e);
+}
 
 void run_host_func(void* fn) {
   std::unique_ptr<std::function<void()>> owned(static_cast<std::function<void()>*>(fn));
@@ -36,9 +40,9 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::open(CudaDeviceOptions options) 
     return make_error(ErrorCode::kUnavailable, "no CUDA device: " + cuda::describe(err));
   }
   if (options.ordinal < 0 || options.ordinal >= count) {
-    return make_error(ErrorCode::kUnavailable,
-                      "no CUDA device: ordinal " + std::to_string(options.ordinal) + " of " +
-                          std::to_string(count) + " GPU(s)");
+    return make_error(ErrorCode::kUnavailable, "no CUDA device: ordinal " +
+                                                   std::to_string(options.ordinal) + " of " +
+                                                   std::to_string(count) + " GPU(s)");
   }
   cudaDeviceProp prop{};
   cudaError_t err = cudaSetDevice(options.ordinal);
@@ -76,7 +80,9 @@ CudaDevice::~CudaDevice() {
   });
 }
 
-void CudaDevice::make_current() const { (void)cudaSetDevice(options_.ordinal); }
+void CudaDevice::make_current() const {
+  (void)cudaSetDevice(options_.ordinal);
+}
 
 void* CudaDevice::stream_of(StreamHandle h) const {
   std::lock_guard lock(mu_);
@@ -141,9 +147,9 @@ DeviceAddress CudaDevice::register_host(void* ptr, size_t bytes) {
     const cudaError_t err = cudaHostRegister(base + offset, piece, cudaHostRegisterPortable);
     if (err != cudaSuccess) {
       unregister_pieces(ptr, offset);  // roll back: all or nothing
-      cuda::throw_fault(err, "cudaHostRegister of " + std::to_string(piece) +
-                                 " bytes at offset " + std::to_string(offset) + " of a " +
-                                 std::to_string(bytes) + "-byte range (nothing stays registered)");
+      cuda::throw_fault(err, "cudaHostRegister of " + std::to_string(piece) + " bytes at offset " +
+                                 std::to_string(offset) + " of a " + std::to_string(bytes) +
+                                 "-byte range (nothing stays registered)");
     }
   }
   try {
@@ -234,7 +240,8 @@ void CudaDevice::synchronize(EventHandle event) {
 
 double CudaDevice::elapsed_ms(EventHandle start, EventHandle end) {
   float ms = 0;
-  const cudaError_t err = cudaEventElapsedTime(&ms, as_event(event_of(start)), as_event(event_of(end)));
+  const cudaError_t err =
+      cudaEventElapsedTime(&ms, as_event(event_of(start)), as_event(event_of(end)));
   if (err == cudaErrorNotReady || err == cudaErrorInvalidResourceHandle) {
     throw std::logic_error("CudaDevice::elapsed_ms: events not recorded and completed");
   }

@@ -67,8 +67,7 @@ void check(cudaError_t error, std::string_view operation) {
   }
 }
 
-size_t batch_fault_index(size_t batch_start, size_t batch_count,
-                         std::optional<size_t> fail_index) {
+size_t batch_fault_index(size_t batch_start, size_t batch_count, std::optional<size_t> fail_index) {
   if (fail_index && *fail_index < batch_count) return batch_start + *fail_index;
   return batch_start + batch_count;
 }

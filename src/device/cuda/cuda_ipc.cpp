@@ -64,8 +64,7 @@ Result<DeviceAddress> CudaDevice::import_memory(std::span<const std::byte> descr
   void* p = nullptr;
   if (const cudaError_t err = cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess);
       err != cudaSuccess) {
-    return make_error(ErrorCode::kDeviceFault, "cudaIpcOpenMemHandle of " +
-                                                   std::to_string(bytes) +
+    return make_error(ErrorCode::kDeviceFault, "cudaIpcOpenMemHandle of " + std::to_string(bytes) +
                                                    " bytes: " + cuda::describe(err));
   }
   const auto addr = reinterpret_cast<DeviceAddress>(p);
