@@ -43,10 +43,13 @@ TEST(CudaDevice, WithoutAGpuOpenIsAnErrorThatSaysSo) {
   EXPECT_EQ(device.error().message.rfind("no CUDA device: ", 0), 0u) << device.error().message;
 }
 
-TEST(CudaDevice, ZeroCapsAreInvalidArgument) {
+TEST(CudaDevice, BadOptionsAreInvalidArgument) {
   auto device = CudaDevice::open({.max_batch_copies = 0});
   ASSERT_FALSE(device.has_value());
   EXPECT_EQ(device.error().code, ErrorCode::kInvalidArgument);
+  auto torn_pages = CudaDevice::open({.register_piece_bytes = 6000});
+  ASSERT_FALSE(torn_pages.has_value());
+  EXPECT_EQ(torn_pages.error().code, ErrorCode::kInvalidArgument);
 }
 
 TEST(CudaDevice, FailedRegistrationPieceRollsBackTheWholeRange) {

@@ -39,6 +39,7 @@ struct CudaDeviceOptions {
   size_t max_descriptors_per_call = 8192;
   // Descriptors per cuMemcpyBatchAsync call inside one copy_batch.
   size_t max_batch_copies = 1024;
+  // Most bytes one cudaHostRegister call pins; a multiple of the 4 KiB page.
   size_t register_piece_bytes = size_t{1} << 30;
   // false: always the per-descriptor cudaMemcpyAsync loop (benchmarks and tests compare).
   bool use_batch_api = true;
@@ -47,7 +48,7 @@ struct CudaDeviceOptions {
 class CudaDevice final : public Device {
  public:
   // kUnavailable ("no CUDA device: ...") without a driver or GPU, or when the ordinal does not
-  // exist; kInvalidArgument for zero caps.
+  // exist; kInvalidArgument for zero caps or a piece size that is not whole pages.
   static Result<std::unique_ptr<CudaDevice>> open(CudaDeviceOptions options = {});
   // Waits for the device's work, then destroys what is left (streams, events, allocations,
   // imported mappings). Unregister host memory first; open any Gate that work waits on.

@@ -35,6 +35,13 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::open(CudaDeviceOptions options) 
       options.register_piece_bytes == 0) {
     return make_error(ErrorCode::kInvalidArgument, "cuda device: caps must be > 0");
   }
+  if (options.register_piece_bytes % 4096 != 0) {
+    // CUDA pins whole pages: pieces that share a page cannot both register.
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cuda device: register_piece_bytes " +
+                          std::to_string(options.register_piece_bytes) +
+                          " is not a multiple of the 4096-byte page");
+  }
   int count = 0;
   if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
     return make_error(ErrorCode::kUnavailable, "no CUDA device: " + cuda::describe(err));
