@@ -1,40 +1,16 @@
-// The device contract on CudaDevice — once through cuMemcpyBatchAsync split into small driver
-// calls with host memory pinned in small pieces, once through the per-descriptor
-// cudaMemcpyAsync loop — and what only CUDA has. Without a GPU every GPU test is skipped with
-// the reason ("no CUDA device: ..."); the tests of how that case is reported run instead.
+// What only the CUDA device has (its Device contract runs in the DeviceContract suite, instances
+// CudaBatch and CudaPerCopy). Without a GPU the GPU tests skip with the reason ("no CUDA
+// device: ..."); the tests of how that case is reported run instead.
 #include "kvtier/device/cuda_device.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include "device_contract.h"
 #include "kvtier/device/device_fault.h"
 #include "support/device_io.h"
 
 namespace kvtier::testing {
 namespace {
-
-Result<std::unique_ptr<Device>> open_cuda(CudaDeviceOptions options) {
-  auto device = CudaDevice::open(options);
-  if (!device) return std::unexpected(device.error());
-  return std::unique_ptr<Device>(std::move(*device));
-}
-
-INSTANTIATE_TEST_SUITE_P(Cuda, DeviceContract,
-                         ::testing::Values(DeviceFactory{"CudaBatch",
-                                                         [](size_t cap) {
-                                                           return open_cuda(
-                                                               {.max_descriptors_per_call = cap,
-                                                                .max_batch_copies = 7,
-                                                                .register_piece_bytes = 4096});
-                                                         }},
-                                           DeviceFactory{"CudaPerCopy",
-                                                         [](size_t cap) {
-                                                           return open_cuda(
-                                                               {.max_descriptors_per_call = cap,
-                                                                .use_batch_api = false});
-                                                         }}),
-                         device_label);
 
 TEST(CudaDevice, WithoutAGpuOpenIsAnErrorThatSaysSo) {
   auto device = CudaDevice::open();

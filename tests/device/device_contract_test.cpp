@@ -1,7 +1,7 @@
 // The Device contract (device.h), proven through the interface only, for every device: copies
 // move bytes, a stream runs in order, events and waits follow CUDA semantics, bad arguments are
 // std::invalid_argument (F2), and faults injected by FaultInjectingDevice around the device
-// surface as device.h says. Instantiated here for HostDevice.
+// surface as device.h says. Instantiated for every device (support/device_factories.h).
 #include "device_contract.h"
 
 #include <algorithm>
@@ -13,7 +13,6 @@
 #include "kvtier/device/device_fault.h"
 #include "kvtier/device/fault_injecting_device.h"
 #include "kvtier/device/gate.h"
-#include "kvtier/device/host_device.h"
 #include "support/device_io.h"
 
 namespace kvtier::testing {
@@ -186,13 +185,8 @@ TEST_P(DeviceContract, DestroyedStreamFinishesItsWork) {
   EXPECT_TRUE(ran);
 }
 
-INSTANTIATE_TEST_SUITE_P(Host, DeviceContract,
-                         ::testing::Values(DeviceFactory{
-                             "Host",
-                             [](size_t cap) -> Result<std::unique_ptr<Device>> {
-                               return std::make_unique<HostDevice>(cap);
-                             }}),
-                         device_label);
+INSTANTIATE_TEST_SUITE_P(Devices, DeviceContract, ::testing::ValuesIn(all_device_factories()),
+                         device_label<::testing::TestParamInfo<DeviceFactory>>);
 
 }  // namespace
 }  // namespace kvtier::testing
