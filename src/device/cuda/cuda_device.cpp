@@ -110,7 +110,11 @@ DeviceAddress CudaDevice::allocate(size_t bytes) {
   make_current();
   void* p = nullptr;
   check(cudaMalloc(&p, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes");
-  if (const cudaError_t err = cudaMemset(p, 0, bytes); err != cudaSuccess) {
+  // cudaMemset may return before it finished, on the legacy stream, which the device's
+  // non-blocking streams do not wait for: wait here so the zeroes land before any copy.
+  cudaError_t err = cudaMemset(p, 0, bytes);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
+  if (err != cudaSuccess) {
     (void)cudaFree(p);
     check(err, "cudaMemset");
   }
