@@ -6,6 +6,8 @@
 // the host device in transfer_contract_test.cpp.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -48,22 +50,23 @@ class TransferOnDevice : public ::testing::TestWithParam<TransferOnDeviceParam> 
       write_device(*device_, cache.bases.back(), kBlocks * piece_bytes_, 100 + i);
     }
     caches_.groups.push_back(cache);
-    pool_ = std::make_unique<PinnedBuffer>(*device_, layout_.max_chunk_bytes() * kSlots);
-    slots_ = HostSlots{pool_->addr(), layout_.max_chunk_bytes(), kSlots};
+    const size_t pool_bytes = layout_.max_chunk_bytes() * kSlots;
+    pool_ = static_cast<std::byte*>(std::aligned_alloc(4096, (pool_bytes + 4095) / 4096 * 4096));
+    std::memset(pool_, 0, pool_bytes);
+    slots_ =
+        HostSlots{device_->register_host(pool_, pool_bytes), layout_.max_chunk_bytes(), kSlots};
     compute_ = device_->create_stream();
     engine_ = std::make_unique<TransferEngine>(*fault_, layout_, caches_, slots_, compute_,
                                                TransferOptions{});
   }
+  // An Unprovable transfer may leave copies running on the pool and the cache (F7: nothing it
+  // touches is released). So the device goes first — destroying it waits for all its work and
+  // releases its memory and registrations — and the pool memory is freed after it.
   void TearDown() override {
     engine_.reset();
     fault_.reset();
-    pool_.reset();
-    if (device_) {
-      for (DeviceAddress base :
-           caches_.groups.empty() ? std::vector<DeviceAddress>{} : caches_.groups[0].bases) {
-        device_->free(base);
-      }
-    }
+    device_.reset();
+    std::free(pool_);
   }
 
   ChunkTransfer chunk(uint32_t first_block, uint32_t slot) const {
@@ -108,7 +111,7 @@ class TransferOnDevice : public ::testing::TestWithParam<TransferOnDeviceParam> 
   KvLayout layout_;
   size_t piece_bytes_ = 0;
   KvCacheAddresses caches_;
-  std::unique_ptr<PinnedBuffer> pool_;
+  std::byte* pool_ = nullptr;
   HostSlots slots_;
   StreamHandle compute_;
   std::unique_ptr<TransferEngine> engine_;
@@ -117,7 +120,7 @@ class TransferOnDevice : public ::testing::TestWithParam<TransferOnDeviceParam> 
 TEST_P(TransferOnDevice, StoreThenLoadRoundTripsTheBytes) {
   const uint32_t n = layout_.groups[0].blocks_per_chunk;
   ASSERT_EQ(run(1, Direction::kStore, chunk(0, 2)).outcome, Outcome::kCompleted);
-  EXPECT_FALSE(is_zero(pool_->data() + 2 * slots_.slot_bytes, layout_.groups[0].chunk_bytes()));
+  EXPECT_FALSE(is_zero(pool_ + 2 * slots_.slot_bytes, layout_.groups[0].chunk_bytes()));
   ASSERT_NE(blocks(0, n), blocks(2 * n, n));
   ASSERT_EQ(run(2, Direction::kLoad, chunk(2 * n, 2)).outcome, Outcome::kCompleted);
   EXPECT_EQ(blocks(0, n), blocks(2 * n, n));

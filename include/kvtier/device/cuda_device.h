@@ -51,7 +51,8 @@ class CudaDevice final : public Device {
   // exist; kInvalidArgument for zero caps or a piece size that is not whole pages.
   static Result<std::unique_ptr<CudaDevice>> open(CudaDeviceOptions options = {});
   // Waits for the device's work, then destroys what is left (streams, events, allocations,
-  // imported mappings). Unregister host memory first; open any Gate that work waits on.
+  // imported mappings) and unregisters host memory still registered. Open any Gate that work
+  // waits on first.
   ~CudaDevice() override;
 
   std::string name() const override { return "cuda:" + std::to_string(options_.ordinal); }

@@ -85,6 +85,9 @@ CudaDevice::~CudaDevice() {
     void* p = reinterpret_cast<void*>(addr);
     (void)(imported_.contains(addr) ? cudaIpcCloseMemHandle(p) : cudaFree(p));
   });
+  ranges_.for_each(AddressRanges::Kind::kHost, [&](DeviceAddress addr, size_t bytes) {
+    unregister_pieces(reinterpret_cast<void*>(addr), bytes);
+  });
 }
 
 void CudaDevice::make_current() const {
