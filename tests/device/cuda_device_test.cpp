@@ -1,6 +1,6 @@
 // What only the CUDA device has (its Device contract runs in the DeviceContract suite, instances
 // CudaBatch and CudaPerCopy). Without a GPU the GPU tests skip with the reason ("no CUDA
-// device: ..."); the tests of how that case is reported run instead.
+// device: ..."); the tests of how that case is reported run instead. IPC: cuda_ipc_test.cpp.
 #include "kvtier/device/cuda_device.h"
 
 #include <cuda_runtime_api.h>
@@ -51,19 +51,6 @@ TEST(CudaDevice, FailedRegistrationPieceRollsBackTheWholeRange) {
   device.register_host(memory, 4 * 4096);  // whole again: registers
   device.unregister_host(memory);
   std::free(memory);
-}
-
-TEST(CudaDevice, ExportedMemoryDescribesTheAllocation) {
-  auto opened = CudaDevice::open();
-  if (!opened) GTEST_SKIP() << opened.error().message;
-  CudaDevice& device = **opened;
-  const DeviceAddress dev = device.allocate(1 << 20);
-  auto description = device.export_memory(dev);
-  ASSERT_TRUE(description.has_value()) << description.error().message;
-  EXPECT_EQ(description->size(), 8u + 8u + sizeof(cudaIpcMemHandle_t));
-  // Opening one's own handle is refused by CUDA; it is an error value, not a throw.
-  EXPECT_FALSE(device.import_memory(*description).has_value());
-  device.free(dev);
 }
 
 }  // namespace
