@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <ostream>
+#include <string>
 #include <vector>
 
 namespace kvtier::bench {
@@ -15,9 +16,18 @@ struct TransferBenchOptions {
   std::vector<size_t> chunk_bytes = {16 << 10, 32 << 10, 64 << 10, 128 << 10,
                                      256 << 10, 512 << 10, 1 << 20,   2 << 20};
   size_t max_batch_descriptors = 8192;
+  std::string device = "host";  // "host" or "cuda"
+  int cuda_ordinal = 0;
 };
 
 // Writes JSON Lines (json) or a table. Returns a process exit code.
 int run_transfer_bench(const TransferBenchOptions& options, std::ostream& out);
+
+// `--device cuda`: the transfer engine on a GPU, loads (H2D) and stores (D2H), beside one
+// cudaMemcpyAsync of a contiguous pinned buffer of the same total size (what the PCIe/C2C link
+// allows), as `ratio`. Without a GPU, or in a build without CUDA, writes why to `err` and
+// returns 1.
+int run_cuda_transfer_bench(const TransferBenchOptions& options, std::ostream& out,
+                            std::ostream& err);
 
 }  // namespace kvtier::bench

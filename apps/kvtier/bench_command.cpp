@@ -10,7 +10,9 @@ Action add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Run a benchmark; ratios are measured side by side");
   bench->require_subcommand(1);
   CLI::App* transfer = bench->add_subcommand(
-      "transfer", "Transfer engine on the host device vs memcpy of the same descriptor list");
+      "transfer",
+      "Transfer engine vs the copy limit: on the host device memcpy of the same descriptors, "
+      "on a GPU (--device cuda) one contiguous cudaMemcpyAsync of the same bytes");
   auto options = std::make_shared<bench::TransferBenchOptions>();
   transfer->add_flag("--json", options->json, "Print JSON Lines instead of a table");
   transfer->add_option("--total-mib", [options](const CLI::results_t& r) {
@@ -18,6 +20,10 @@ Action add_bench_command(CLI::App& app) {
                        return true;
                      }, "MiB moved per measurement (default 64)")
       ->check(CLI::Range(1, 4096));
+  transfer->add_option("--device", options->device, "Device: host (default) or cuda")
+      ->check(CLI::IsMember({"host", "cuda"}));
+  transfer->add_option("--cuda-device", options->cuda_ordinal, "GPU ordinal for --device cuda")
+      ->check(CLI::NonNegativeNumber);
   transfer->add_option("--repeat", options->repeat, "Measurements per side; best kept (default 5)")
       ->check(CLI::Range(1, 100));
   CLI::App* scheduler = bench->add_subcommand(
@@ -34,6 +40,7 @@ Action add_bench_command(CLI::App& app) {
     if (scheduler->parsed()) return bench::run_scheduler_bench(*sched, std::cout);
     if (!transfer->parsed()) return -1;
     options->max_batch_descriptors = config.transfer.max_batch_descriptors;
+    if (options->device == "cuda") return bench::run_cuda_transfer_bench(*options, std::cout, std::cerr);
     return bench::run_transfer_bench(*options, std::cout);
   };
 }

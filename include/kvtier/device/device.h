@@ -21,6 +21,9 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
+
+#include "kvtier/core/status.h"
 
 namespace kvtier {
 
@@ -62,6 +65,18 @@ class Device {
   // registered until unregister_host.
   virtual DeviceAddress register_host(void* ptr, size_t bytes) = 0;
   virtual void unregister_host(void* ptr) = 0;
+
+  // Sharing device memory with another process: the cache server copies between a client's
+  // device memory and its own pool without the bytes crossing a socket. The client's
+  // export_memory(addr) describes an allocation made by allocate() (for CUDA an IPC handle);
+  // the server's import_memory(description) maps it and returns its address in the server's
+  // device, usable as device memory in copies until close_imported(address). Expected failures
+  // (the device cannot share memory, a stale or foreign description) are errors, not throws.
+  // The defaults say the device cannot share memory.
+  virtual Result<std::vector<std::byte>> export_memory(DeviceAddress addr);
+  virtual Result<DeviceAddress> import_memory(std::span<const std::byte> description);
+  // Throws std::invalid_argument when `addr` is not an address import_memory returned.
+  virtual void close_imported(DeviceAddress addr);
 
   virtual StreamHandle create_stream() = 0;
   // Destroys the stream once its queued work finished (like cudaStreamDestroy).

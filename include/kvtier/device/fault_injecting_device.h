@@ -53,6 +53,13 @@ class FaultInjectingDevice final : public Device {
     return inner_.register_host(ptr, bytes);
   }
   void unregister_host(void* ptr) override { inner_.unregister_host(ptr); }
+  Result<std::vector<std::byte>> export_memory(DeviceAddress addr) override {
+    return inner_.export_memory(addr);
+  }
+  Result<DeviceAddress> import_memory(std::span<const std::byte> description) override {
+    return inner_.import_memory(description);
+  }
+  void close_imported(DeviceAddress addr) override { inner_.close_imported(addr); }
   StreamHandle create_stream() override { return inner_.create_stream(); }
   void destroy_stream(StreamHandle stream) override;
   EventHandle create_event() override { return inner_.create_event(); }

@@ -13,7 +13,6 @@
 
 #include <condition_variable>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "kvtier/core/clock.h"
+#include "kvtier/device/address_ranges.h"
 #include "kvtier/device/device.h"
 
 namespace kvtier {
@@ -64,13 +64,7 @@ class HostDevice final : public Device {
   struct Op;
   struct Stream;
   struct Event;
-  struct Range {
-    size_t bytes;
-    bool device;  // device memory (true) or registered host memory (false)
-  };
-
   void run_stream(Stream* stream);
-  bool in_range(DeviceAddress addr, uint64_t bytes, bool device) const;  // requires mu_
   Stream& stream_locked(StreamHandle h);
   Event& event_locked(EventHandle h);
   void enqueue(StreamHandle stream, Op op);      // requires mu_
@@ -80,7 +74,7 @@ class HostDevice final : public Device {
   mutable std::mutex mu_;
   // Signalled when an op finishes or a stream blocks: synchronize() and quiesce() wait here.
   std::condition_variable changed_;
-  std::map<DeviceAddress, Range> ranges_;
+  AddressRanges ranges_;
   std::unordered_map<uint32_t, std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Stream>> retired_streams_;  // destroyed, thread draining
   std::unordered_map<uint32_t, std::unique_ptr<Event>> events_;

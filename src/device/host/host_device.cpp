@@ -66,9 +66,8 @@ HostDevice::~HostDevice() {
     }
   }
   for (auto& s : all) s->thread.join();
-  for (auto& [addr, range] : ranges_) {
-    if (range.device) std::free(reinterpret_cast<void*>(addr));
-  }
+  ranges_.for_each(AddressRanges::Kind::kDevice,
+                   [](DeviceAddress addr, size_t) { std::free(reinterpret_cast<void*>(addr)); });
 }
 
 DeviceAddress HostDevice::allocate(size_t bytes) {
@@ -79,17 +78,13 @@ DeviceAddress HostDevice::allocate(size_t bytes) {
   std::memset(p, 0, rounded);
   std::lock_guard lock(mu_);
   const auto addr = reinterpret_cast<DeviceAddress>(p);
-  ranges_[addr] = Range{bytes, true};
+  ranges_.add(addr, bytes, AddressRanges::Kind::kDevice, "HostDevice::allocate");
   return addr;
 }
 
 void HostDevice::free(DeviceAddress addr) {
   std::lock_guard lock(mu_);
-  auto it = ranges_.find(addr);
-  if (it == ranges_.end() || !it->second.device) {
-    throw std::invalid_argument("HostDevice::free: not a device allocation");
-  }
-  ranges_.erase(it);
+  ranges_.remove(addr, AddressRanges::Kind::kDevice, "HostDevice::free");
   std::free(reinterpret_cast<void*>(addr));
 }
 
@@ -97,24 +92,14 @@ DeviceAddress HostDevice::register_host(void* ptr, size_t bytes) {
   if (!ptr || bytes == 0) throw std::invalid_argument("HostDevice::register_host: empty range");
   std::lock_guard lock(mu_);
   const auto addr = reinterpret_cast<DeviceAddress>(ptr);
-  auto next = ranges_.lower_bound(addr);
-  const bool overlaps_next = next != ranges_.end() && next->first < addr + bytes;
-  const bool overlaps_prev =
-      next != ranges_.begin() && std::prev(next)->first + std::prev(next)->second.bytes > addr;
-  if (overlaps_next || overlaps_prev) {
-    throw std::invalid_argument("HostDevice::register_host: range overlaps a registered range");
-  }
-  ranges_[addr] = Range{bytes, false};
+  ranges_.add(addr, bytes, AddressRanges::Kind::kHost, "HostDevice::register_host");
   return addr;
 }
 
 void HostDevice::unregister_host(void* ptr) {
   std::lock_guard lock(mu_);
-  auto it = ranges_.find(reinterpret_cast<DeviceAddress>(ptr));
-  if (it == ranges_.end() || it->second.device) {
-    throw std::invalid_argument("HostDevice::unregister_host: not a registered host range");
-  }
-  ranges_.erase(it);
+  ranges_.remove(reinterpret_cast<DeviceAddress>(ptr), AddressRanges::Kind::kHost,
+                 "HostDevice::unregister_host");
 }
 
 StreamHandle HostDevice::create_stream() {
@@ -228,14 +213,6 @@ void HostDevice::wait_event(StreamHandle stream, EventHandle event) {
   enqueue(stream, Op{.kind = Op::Kind::kWait, .event = event.id, .generation = e.recorded});
 }
 
-bool HostDevice::in_range(DeviceAddress addr, uint64_t bytes, bool device) const {
-  auto it = ranges_.upper_bound(addr);
-  if (it == ranges_.begin()) return false;
-  --it;
-  return it->second.device == device && addr + bytes <= it->first + it->second.bytes &&
-         addr + bytes >= addr;
-}
-
 void HostDevice::copy_batch(StreamHandle stream, CopyKind kind,
                             std::span<const CopyDescriptor> descriptors) {
   if (descriptors.size() > max_descriptors_per_call_) {
@@ -244,15 +221,7 @@ void HostDevice::copy_batch(StreamHandle stream, CopyKind kind,
                                 std::to_string(max_descriptors_per_call_));
   }
   std::lock_guard lock(mu_);
-  const bool src_on_device = kind == CopyKind::kDeviceToHost;
-  for (size_t i = 0; i < descriptors.size(); ++i) {
-    const CopyDescriptor& d = descriptors[i];
-    if (d.bytes == 0 || !in_range(d.src, d.bytes, src_on_device) ||
-        !in_range(d.dst, d.bytes, !src_on_device)) {
-      throw std::invalid_argument("HostDevice::copy_batch: descriptor " + std::to_string(i) +
-                                  " is outside the memory its copy kind requires");
-    }
-  }
+  ranges_.check_copies(kind, descriptors, "HostDevice::copy_batch");
   if (descriptors.empty()) {
     stream_locked(stream);
     return;
