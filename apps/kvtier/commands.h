@@ -15,5 +15,7 @@ using Action = std::function<int(const Config&)>;
 
 Action add_bench_command(CLI::App& app);
 Action add_config_command(CLI::App& app);
+Action add_engine_core_command(CLI::App& app);
+Action add_worker_command(CLI::App& app);
 
 }  // namespace kvtier::cli

@@ -16,8 +16,11 @@ int main(int argc, char** argv) {
   app.add_option("--set", sources.overrides,
                  "Override one field, e.g. --set transfer.max_batch_descriptors=1024 "
                  "(repeatable; wins over the file and KVTIER_* variables)");
+  app.fallthrough();  // --config / --set may follow the subcommand too
   const kvtier::cli::Action actions[] = {kvtier::cli::add_bench_command(app),
-                                         kvtier::cli::add_config_command(app)};
+                                         kvtier::cli::add_config_command(app),
+                                         kvtier::cli::add_engine_core_command(app),
+                                         kvtier::cli::add_worker_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

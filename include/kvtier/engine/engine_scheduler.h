@@ -1,0 +1,116 @@
+// EngineScheduler: the scheduler of one engine core. Requests wait, are admitted (device prefix
+// cache first, then the kvtier connector for what is beyond it), load (asynchronously), run
+// chunked prefill and decode under a token budget, and finish. Each step is planned by
+// plan_step(), run by every rank, and completed by finish_step() with the ranks' results.
+//
+// Failed loads resume from the connector's truncated token count and recompute (F4); a
+// fail-stop (F7) is reported by finish_step() and the caller turns the engine FAILED (H4).
+// Not thread-safe: the engine core's loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvtier/cache/cache_manager.h"
+#include "kvtier/connector/scheduler_connector.h"
+#include "kvtier/core/config.h"
+#include "kvtier/engine/block_pool.h"
+#include "kvtier/engine/engine_shape.h"
+
+namespace kvtier {
+
+// One sequence of a step's forward batch.
+struct BatchEntry {
+  uint32_t start = 0;
+  std::vector<TokenId> tokens;
+  std::vector<uint32_t> table;  // device blocks covering [0, start + tokens.size())
+};
+
+struct StepPlan {
+  uint64_t step = 0;
+  std::vector<BatchEntry> batch;
+  StepMetadata metadata;
+};
+
+// What the frontend hears about one request after a step.
+struct RequestUpdate {
+  std::string id;
+  std::vector<TokenId> new_tokens;
+  bool done = false;
+  std::string finish_reason;  // "length" when done
+  std::string error;          // non-empty: the request ended with this error
+  size_t prompt_tokens = 0;
+  size_t cached_tokens = 0;   // prompt tokens not computed: device prefix cache + kvtier
+};
+
+struct EngineCounters {
+  uint64_t requests_admitted = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t device_hit_tokens = 0;   // prompt tokens found in the device prefix cache
+  uint64_t kvtier_hit_tokens = 0;   // prompt tokens loaded by the connector
+  uint64_t recomputed_tokens = 0;   // tokens of failed loads computed again (F4)
+  uint64_t generated_tokens = 0;
+  uint64_t preemptions = 0;
+  uint64_t steps = 0;
+  size_t running = 0;
+  size_t waiting = 0;
+};
+
+class EngineScheduler {
+ public:
+  EngineScheduler(const Config& config, const EngineShape& shape);
+  ~EngineScheduler();
+
+  // Queues a request. A prompt that cannot fit max_context is an error update at once.
+  std::optional<RequestUpdate> add(std::string id, std::vector<TokenId> prompt, size_t max_tokens);
+  void abort(const std::string& id);
+
+  // Whether a step would do anything (requests to run, or transfers to collect).
+  bool has_work() const;
+  StepPlan plan_step();
+  // `sampled`: the greedy token of each batch entry (rank 0's), `outputs`: every rank's report.
+  std::vector<RequestUpdate> finish_step(const std::vector<TokenId>& sampled,
+                                         const std::vector<WorkerOutput>& outputs);
+
+  bool fail_stopped() const { return connector_ && connector_->fail_stopped(); }
+  std::string fail_stop_reason() const { return connector_ ? connector_->fail_stop_reason() : ""; }
+  // Ends every request with `error` (the engine is failing).
+  std::vector<RequestUpdate> fail_all(const std::string& error);
+
+  EngineCounters counters() const;
+  std::optional<ConnectorCounters> connector_counters() const;
+  std::optional<CacheCounters> cache_counters() const;
+
+ private:
+  struct Request;
+  enum class State { kWaiting, kLoading, kRunning, kFinishing };
+
+  void extend_block_keys(Request& r);
+  bool admit(Request& r, size_t& budget, std::vector<Request*>& scheduled, StepInput& input);
+  bool ensure_blocks(Request& r, size_t tokens);
+  void preempt(Request& r);
+  void release_blocks(Request& r);
+  void schedule(Request& r, size_t& budget, std::vector<Request*>& scheduled, StepInput& input);
+  void finish(Request& r, std::vector<RequestUpdate>& updates);
+  void cache_computed_blocks(Request& r);
+
+  const Config config_;
+  const EngineShape shape_;
+  BlockPool blocks_;
+  std::unique_ptr<CacheManager> cache_;
+  std::unique_ptr<SchedulerConnector> connector_;
+  std::map<std::string, std::unique_ptr<Request>> requests_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;  // admission order
+  std::vector<Request*> last_scheduled_;
+  std::vector<uint32_t> last_counts_;
+  uint64_t step_ = 0;
+  EngineCounters counters_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,32 @@
+// EngineShape: what an engine core and its workers must agree on, derived from the config alone
+// so that every process computes the same: the model, each rank's KV layout, the device blocks
+// per group and the host cache's slots.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kvtier/core/config.h"
+#include "kvtier/engine/model_config.h"
+
+namespace kvtier {
+
+struct EngineShape {
+  ModelConfig model;
+  KvLayout layout;          // one rank's share; every group has layout.block_size tokens/block
+  uint32_t world_size = 1;
+  uint32_t device_blocks = 0;  // per rank and group
+  uint32_t host_slots = 0;     // slots of the host cache; a rank's pool holds its share of each
+  std::string model_id;        // KeyNamespace::model
+};
+
+// Throws std::invalid_argument naming the field when the sections do not fit together (the
+// model does not split over world_size, a host cache smaller than one chunk per rank, …).
+EngineShape engine_shape(const Config& config);
+
+// ZeroMQ endpoints in the run dir (docs/engine.md).
+std::string frontend_endpoint(const std::string& run_dir);
+std::string core_endpoint(const std::string& run_dir, uint32_t core);
+std::string collective_endpoint(const std::string& run_dir, uint32_t core);
+
+}  // namespace kvtier

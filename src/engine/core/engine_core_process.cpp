@@ -1,0 +1,322 @@
+#include "kvtier/engine/engine_core_process.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <optional>
+#include <vector>
+
+#include "kvtier/engine/child_process.h"
+#include "kvtier/engine/engine_scheduler.h"
+#include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/step_messages.h"
+#include "kvtier/engine/wire.h"
+
+namespace kvtier {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kPoll = std::chrono::milliseconds(10);
+constexpr auto kStartupTimeout = std::chrono::seconds(60);
+
+class EngineCore {
+ public:
+  EngineCore(const Config& config, uint32_t core, const std::string& run_dir,
+             const std::string& config_path)
+      : config_(config),
+        core_(core),
+        shape_(engine_shape(config)),
+        scheduler_(config, shape_),
+        frontend_(context_, zmq::socket_type::dealer),
+        workers_socket_(context_, zmq::socket_type::router),
+        heartbeat_(std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(config.engine.heartbeat_interval_s))),
+        stall_timeout_(std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(config.engine.stall_timeout_s))) {
+    frontend_.set(zmq::sockopt::linger, 1000);
+    frontend_.set(zmq::sockopt::routing_id, "core-" + std::to_string(core));
+    frontend_.connect(frontend_endpoint(run_dir));
+    workers_socket_.set(zmq::sockopt::linger, 0);
+    workers_socket_.set(zmq::sockopt::router_mandatory, 0);
+    workers_socket_.bind(core_endpoint(run_dir, core));
+    const std::string exe = self_executable();
+    for (uint32_t r = 0; r < shape_.world_size; ++r) {
+      workers_.push_back(Worker{
+          .process = ChildProcess::spawn({exe, "worker", std::to_string(core) + "/" + std::to_string(r),
+                                          "--run-dir", run_dir, "--config", config_path}),
+          .last_heard = Clock::now()});
+    }
+  }
+
+  int run() {
+    if (!wait_for_workers()) return stop(1);
+    send_message(frontend_, {{"t", "hello"}, {"core", core_}, {"pid", getpid()}});
+    auto next_heartbeat = Clock::now();
+    for (;;) {
+      zmq::pollitem_t items[] = {{frontend_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {workers_socket_.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 2, kPoll);
+      if (const auto reason = check_workers()) return fail(*reason);
+      while (auto msg = try_receive(workers_socket_, true)) {
+        if (!*msg) continue;
+        if (auto reason = on_worker_message(**msg)) return fail(*reason);
+      }
+      while (auto msg = try_receive(frontend_, false)) {
+        if (!*msg) {
+          std::cerr << "engine-core " << core_ << ": " << msg->error().message << "\n";
+          continue;
+        }
+        if ((*msg)->body["t"] == "shutdown") return stop(0);
+        on_frontend_message((*msg)->body);
+      }
+      if (step_in_flight_ && done_count_ == shape_.world_size) {
+        if (auto reason = finish_step()) return fail(*reason);
+      }
+      if (!step_in_flight_ && scheduler_.has_work()) start_step();
+      if (Clock::now() >= next_heartbeat) {
+        send_heartbeat();
+        next_heartbeat = Clock::now() + heartbeat_;
+      }
+    }
+  }
+
+ private:
+  struct Worker {
+    ChildProcess process;
+    Clock::time_point last_heard;
+    bool registered = false;
+    bool done = false;
+    std::vector<TokenId> tokens;
+    std::optional<WorkerOutput> output;
+  };
+
+  std::string worker_name(uint32_t rank) const {
+    return "worker " + std::to_string(core_) + "/" + std::to_string(rank) + " (pid " +
+           std::to_string(workers_[rank].process.pid()) + ")";
+  }
+
+  bool wait_for_workers() {
+    const auto deadline = Clock::now() + kStartupTimeout;
+    size_t registered = 0;
+    while (registered < workers_.size()) {
+      if (Clock::now() > deadline) {
+        send_failed("workers did not register within " + std::to_string(kStartupTimeout.count()) + " s");
+        return false;
+      }
+      if (const auto reason = check_workers()) {
+        send_failed(*reason);
+        return false;
+      }
+      zmq::pollitem_t item{workers_socket_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, kPoll);
+      while (auto msg = try_receive(workers_socket_, true)) {
+        if (!*msg) continue;
+        const auto rank = rank_of((*msg)->peer);
+        if (!rank) continue;
+        workers_[*rank].last_heard = Clock::now();
+        if ((*msg)->body["t"] == "hello" && !workers_[*rank].registered) {
+          workers_[*rank].registered = true;
+          ++registered;
+        } else if ((*msg)->body["t"] == "fatal") {
+          send_failed(worker_name(*rank) + ": " + (*msg)->body.value("message", std::string()));
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  std::optional<uint32_t> rank_of(const std::string& peer) const {
+    if (peer.size() < 2 || peer[0] != 'w') return std::nullopt;
+    try {
+      const unsigned long r = std::stoul(peer.substr(1));
+      if (r < workers_.size()) return static_cast<uint32_t>(r);
+    } catch (...) {
+    }
+    return std::nullopt;
+  }
+
+  // H2, H6: a dead or silent worker.
+  std::optional<std::string> check_workers() {
+    const auto now = Clock::now();
+    for (uint32_t r = 0; r < workers_.size(); ++r) {
+      if (const auto& exit = workers_[r].process.poll_exit()) {
+        return worker_name(r) + " died: " + *exit;
+      }
+      if (workers_[r].registered && now - workers_[r].last_heard > stall_timeout_) {
+        return worker_name(r) + " stalled: silent for more than " +
+               std::to_string(config_.engine.stall_timeout_s) + " s";
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::string> on_worker_message(const Envelope& msg) {
+    const auto rank = rank_of(msg.peer);
+    if (!rank) return std::nullopt;
+    Worker& w = workers_[*rank];
+    w.last_heard = Clock::now();
+    const std::string type = msg.body["t"];
+    if (type == "fatal") return worker_name(*rank) + ": " + msg.body.value("message", std::string());
+    if (type != "done" || !step_in_flight_ || w.done) return std::nullopt;
+    try {
+      if (msg.body.at("step").get<uint64_t>() != step_) return std::nullopt;
+      w.tokens = msg.body.at("tokens").get<std::vector<TokenId>>();
+      w.output = worker_output_from_json(msg.body.at("output"));
+    } catch (const std::exception& e) {
+      return worker_name(*rank) + " sent a malformed result: " + e.what();
+    }
+    w.done = true;
+    ++done_count_;
+    return std::nullopt;
+  }
+
+  void on_frontend_message(const nlohmann::json& body) {
+    const std::string type = body["t"];
+    try {
+      if (type == "add") {
+        auto error = scheduler_.add(body.at("id").get<std::string>(),
+                                    body.at("prompt").get<std::vector<TokenId>>(),
+                                    body.at("max_tokens").get<size_t>());
+        if (error) send_update(*error);
+      } else if (type == "abort") {
+        scheduler_.abort(body.at("id").get<std::string>());
+      }
+    } catch (const std::exception& e) {
+      std::cerr << "engine-core " << core_ << ": bad " << type << " message: " << e.what() << "\n";
+    }
+  }
+
+  void start_step() {
+    const StepPlan plan = scheduler_.plan_step();
+    nlohmann::json batch = nlohmann::json::array();
+    for (const BatchEntry& e : plan.batch) {
+      batch.push_back({{"start", e.start},
+                       {"tokens", e.tokens},
+                       {"tables", std::vector<std::vector<uint32_t>>(shape_.layout.groups.size(), e.table)}});
+    }
+    const nlohmann::json msg = {{"t", "step"}, {"step", plan.step}, {"batch", std::move(batch)},
+                                {"meta", to_json(plan.metadata)}};
+    step_ = plan.step;
+    for (uint32_t r = 0; r < workers_.size(); ++r) {
+      workers_[r].done = false;
+      workers_[r].output.reset();
+      send_message_to(workers_socket_, "w" + std::to_string(r), msg);
+    }
+    done_count_ = 0;
+    step_in_flight_ = true;
+  }
+
+  std::optional<std::string> finish_step() {
+    step_in_flight_ = false;
+    std::vector<WorkerOutput> outputs;
+    for (Worker& w : workers_) outputs.push_back(std::move(*w.output));
+    for (const RequestUpdate& u : scheduler_.finish_step(workers_[0].tokens, outputs)) send_update(u);
+    if (scheduler_.fail_stopped()) return "fail-stop (F7): " + scheduler_.fail_stop_reason();
+    return std::nullopt;
+  }
+
+  void send_update(const RequestUpdate& u) {
+    if (!u.error.empty()) {
+      send_message(frontend_, {{"t", "err"}, {"id", u.id}, {"message", u.error}});
+      return;
+    }
+    send_message(frontend_, {{"t", "out"},
+                             {"id", u.id},
+                             {"tokens", u.new_tokens},
+                             {"done", u.done},
+                             {"finish_reason", u.done ? nlohmann::json(u.finish_reason) : nlohmann::json()},
+                             {"prompt_tokens", u.prompt_tokens},
+                             {"cached_tokens", u.cached_tokens}});
+  }
+
+  void send_heartbeat() {
+    nlohmann::json counters;
+    const EngineCounters e = scheduler_.counters();
+    counters["requests_running"] = e.running;
+    counters["requests_waiting"] = e.waiting;
+    counters["steps_total"] = e.steps;
+    counters["device_prefix_hit_tokens_total"] = e.device_hit_tokens;
+    counters["kvtier_hit_tokens_total"] = e.kvtier_hit_tokens;
+    counters["recomputed_tokens_total"] = e.recomputed_tokens;
+    counters["preemptions_total"] = e.preemptions;
+    if (const auto c = scheduler_.connector_counters()) {
+      counters["kvtier_loads_completed_total"] = c->loads_completed;
+      counters["kvtier_loads_failed_total"] = c->loads_failed;
+      counters["kvtier_stores_completed_total"] = c->stores_completed;
+      counters["kvtier_stores_failed_total"] = c->stores_failed;
+      counters["kvtier_jobs_unprovable_total"] = c->jobs_unprovable;
+      counters["kvtier_jobs_in_flight"] = c->jobs_in_flight;
+    }
+    if (const auto c = scheduler_.cache_counters()) {
+      counters["kvtier_host_slots_ready"] = c->slots_ready;
+      counters["kvtier_host_slots_free"] = c->slots_free;
+      counters["kvtier_quarantined_bytes"] = c->quarantined_bytes;
+    }
+    send_message(frontend_, {{"t", "hb"}, {"core", core_}, {"degraded", nlohmann::json::array()},
+                             {"counters", std::move(counters)}});
+  }
+
+  void send_failed(const std::string& reason) {
+    send_message(frontend_, {{"t", "failed"}, {"core", core_}, {"reason", reason}});
+  }
+
+  // H2: the failure is reported first; then requests end (H5) and the workers stop.
+  int fail(const std::string& reason) {
+    std::cerr << "engine-core " << core_ << ": failed: " << reason << "\n";
+    send_failed(reason);
+    for (const RequestUpdate& u : scheduler_.fail_all("engine core " + std::to_string(core_) +
+                                                      " failed: " + reason)) {
+      send_update(u);
+    }
+    return stop(1);
+  }
+
+  int stop(int code) {
+    for (uint32_t r = 0; r < workers_.size(); ++r) {
+      send_message_to(workers_socket_, "w" + std::to_string(r), {{"t", "shutdown"}});
+    }
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    for (Worker& w : workers_) {
+      while (!w.process.poll_exit() && Clock::now() < deadline) {
+        zmq::pollitem_t item{workers_socket_.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, kPoll);
+        while (try_receive(workers_socket_, true)) {
+        }
+      }
+      w.process.kill_and_reap();
+    }
+    frontend_.close();
+    return code;
+  }
+
+  const Config config_;
+  const uint32_t core_;
+  const EngineShape shape_;
+  EngineScheduler scheduler_;
+  zmq::context_t context_;
+  zmq::socket_t frontend_;
+  zmq::socket_t workers_socket_;
+  std::vector<Worker> workers_;
+  const Clock::duration heartbeat_;
+  const Clock::duration stall_timeout_;
+  bool step_in_flight_ = false;
+  uint64_t step_ = 0;
+  uint32_t done_count_ = 0;
+};
+
+}  // namespace
+
+int run_engine_core(const Config& config, uint32_t core, const std::string& run_dir,
+                    const std::string& config_path) {
+  try {
+    EngineCore engine(config, core, run_dir, config_path);
+    return engine.run();
+  } catch (const std::exception& e) {
+    std::cerr << "engine-core " << core << ": fatal: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace kvtier

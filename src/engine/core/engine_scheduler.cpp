@@ -1,0 +1,345 @@
+#include "kvtier/engine/engine_scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace kvtier {
+
+struct EngineScheduler::Request {
+  std::string id;
+  std::vector<TokenId> tokens;  // prompt, then generated
+  size_t prompt = 0;
+  size_t max_tokens = 0;
+  size_t num_computed = 0;           // tokens whose KV the device holds
+  std::vector<uint32_t> blocks;      // device block table (the same ids in every group)
+  size_t blocks_given = 0;           // blocks the connector has seen
+  std::vector<ChunkKey> block_keys;  // device prefix-cache key of every full block of tokens
+  size_t cached_blocks = 0;          // blocks registered in the device prefix cache
+  size_t cached_tokens = 0;          // of the prompt, not computed (reported once)
+  size_t load_from = 0;              // num_computed when its load started
+  bool reported_cache = false;
+  State state = State::kWaiting;
+};
+
+EngineScheduler::EngineScheduler(const Config& config, const EngineShape& shape)
+    : config_(config), shape_(shape), blocks_(shape.device_blocks) {
+  if (config.connector.enabled) {
+    Result<std::unique_ptr<EvictionPolicy>> policy =
+        make_eviction_policy(config.cache.eviction, shape.host_slots);
+    if (!policy) throw std::invalid_argument(policy.error().message);
+    cache_ = std::make_unique<CacheManager>(shape.host_slots, shape.layout.max_chunk_bytes(),
+                                            std::move(*policy));
+    connector_ = std::make_unique<SchedulerConnector>(
+        scheduler_options(config, shape.world_size, shape.layout, shape.model_id), *cache_);
+  }
+}
+
+EngineScheduler::~EngineScheduler() = default;
+
+std::optional<RequestUpdate> EngineScheduler::add(std::string id, std::vector<TokenId> prompt,
+                                                  size_t max_tokens) {
+  if (prompt.empty() || prompt.size() + max_tokens > shape_.model.max_context ||
+      requests_.contains(id)) {
+    return RequestUpdate{.id = id,
+                         .done = true,
+                         .error = requests_.contains(id)
+                                      ? "duplicate request id"
+                                      : "prompt (" + std::to_string(prompt.size()) +
+                                            " tokens) + max_tokens (" + std::to_string(max_tokens) +
+                                            ") must be within model.max_context (" +
+                                            std::to_string(shape_.model.max_context) + ")"};
+  }
+  auto r = std::make_unique<Request>();
+  r->id = id;
+  r->prompt = prompt.size();
+  r->tokens = std::move(prompt);
+  r->max_tokens = max_tokens;
+  waiting_.push_back(r.get());
+  requests_.emplace(std::move(id), std::move(r));
+  return std::nullopt;
+}
+
+void EngineScheduler::abort(const std::string& id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  Request& r = *it->second;
+  // A request with transfers in flight keeps its blocks until they end (finish_step).
+  if (r.state == State::kLoading || r.state == State::kFinishing) return;
+  std::vector<RequestUpdate> ignored;
+  finish(r, ignored);
+}
+
+bool EngineScheduler::has_work() const {
+  return !waiting_.empty() || !running_.empty() ||
+         (connector_ && connector_->counters().jobs_in_flight > 0);
+}
+
+void EngineScheduler::extend_block_keys(Request& r) {
+  const size_t bs = config_.layout.block_size;
+  while ((r.block_keys.size() + 1) * bs <= r.tokens.size()) {
+    const ChunkKey parent = r.block_keys.empty()
+                                ? namespace_root({.model = shape_.model_id,
+                                                  .layout_fingerprint = shape_.layout.fingerprint(),
+                                                  .cache_salt = "device"})
+                                : r.block_keys.back();
+    r.block_keys.push_back(next_chunk_key(
+        parent, std::span(r.tokens).subspan(r.block_keys.size() * bs, bs)));
+  }
+}
+
+bool EngineScheduler::ensure_blocks(Request& r, size_t tokens) {
+  const size_t bs = config_.layout.block_size;
+  while (r.blocks.size() * bs < tokens) {
+    std::optional<uint32_t> b = blocks_.allocate();
+    if (!b) return false;
+    r.blocks.push_back(*b);
+  }
+  return true;
+}
+
+void EngineScheduler::release_blocks(Request& r) {
+  for (uint32_t b : r.blocks) blocks_.release(b);
+  r.blocks.clear();
+  r.blocks_given = 0;
+  r.cached_blocks = 0;
+}
+
+void EngineScheduler::preempt(Request& r) {
+  if (connector_) connector_->request_preempted(r.id);
+  release_blocks(r);
+  r.num_computed = 0;
+  r.state = State::kWaiting;
+  running_.erase(std::ranges::find(running_, &r));
+  waiting_.push_front(&r);
+  ++counters_.preemptions;
+}
+
+void EngineScheduler::schedule(Request& r, size_t& budget, std::vector<Request*>& scheduled,
+                               StepInput& input) {
+  const size_t n = std::min(r.tokens.size() - r.num_computed, budget);
+  if (n == 0) return;
+  budget -= n;
+  GroupBlocks added(shape_.layout.groups.size(),
+                    std::vector<uint32_t>(r.blocks.begin() + static_cast<ptrdiff_t>(r.blocks_given),
+                                          r.blocks.end()));
+  r.blocks_given = r.blocks.size();
+  input.requests.push_back(ScheduledRequest{.id = r.id,
+                                            .tokens = r.tokens,
+                                            .num_prompt_tokens = r.prompt,
+                                            .new_blocks = std::move(added),
+                                            .num_computed_after_step = r.num_computed + n});
+  scheduled.push_back(&r);
+  last_counts_.push_back(static_cast<uint32_t>(n));
+}
+
+bool EngineScheduler::admit(Request& r, size_t& budget, std::vector<Request*>& scheduled,
+                            StepInput& input) {
+  extend_block_keys(r);
+  const size_t bs = config_.layout.block_size;
+  // The device prefix cache first; at least the last prompt token is computed.
+  const size_t usable = (r.tokens.size() - 1) / bs;
+  std::vector<uint32_t> hit = blocks_.acquire_cached(std::span(r.block_keys).first(usable));
+  const size_t device_tokens = hit.size() * bs;
+  Match match;
+  if (connector_) {
+    match = connector_->get_num_new_matched_tokens(
+        {.id = r.id, .tokens = r.tokens, .num_prompt_tokens = r.prompt}, device_tokens);
+  }
+  auto give_back = [&] {
+    for (uint32_t b : hit) blocks_.release(b);
+  };
+  if (match.ask_later) {
+    give_back();
+    return false;
+  }
+  r.blocks = std::move(hit);
+  if (!ensure_blocks(r, r.tokens.size())) {
+    release_blocks(r);
+    return false;
+  }
+  r.num_computed = device_tokens;
+  r.cached_blocks = device_tokens / bs;
+  r.blocks_given = r.blocks.size();
+  if (!r.reported_cache) {
+    r.cached_tokens = device_tokens + match.tokens;
+    counters_.device_hit_tokens += device_tokens;
+    counters_.prompt_tokens += r.prompt;
+    ++counters_.requests_admitted;
+  }
+  if (connector_) {
+    connector_->update_state_after_alloc(r.id, GroupBlocks(shape_.layout.groups.size(), r.blocks),
+                                         match.tokens);
+  }
+  running_.push_back(&r);
+  if (match.tokens > 0) {
+    r.state = State::kLoading;
+    r.load_from = device_tokens;
+    return true;
+  }
+  r.state = State::kRunning;
+  schedule(r, budget, scheduled, input);
+  return true;
+}
+
+StepPlan EngineScheduler::plan_step() {
+  StepPlan plan{.step = step_++};
+  StepInput input{.step = plan.step};
+  std::vector<Request*> scheduled;
+  last_counts_.clear();
+  size_t budget = config_.engine.max_batched_tokens;
+  // Running requests first, oldest first; a request that cannot get a block preempts the
+  // newest running one.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Request& r = *running_[i];
+    if (r.state != State::kRunning) continue;
+    const size_t n = std::min(r.tokens.size() - r.num_computed, budget);
+    while (!ensure_blocks(r, r.num_computed + n)) {
+      Request* victim = nullptr;
+      for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+        if ((*it)->state == State::kRunning && *it != &r) {
+          victim = *it;
+          break;
+        }
+      }
+      if (!victim) break;
+      preempt(*victim);
+    }
+    if (r.blocks.size() * config_.layout.block_size < r.num_computed + n) {
+      preempt(r);
+      --i;
+      continue;
+    }
+    schedule(r, budget, scheduled, input);
+  }
+  // Then waiting requests, while budget and room are left.
+  for (size_t i = 0; i < waiting_.size() && budget > 0 &&
+                     running_.size() < config_.engine.max_running_requests;) {
+    Request& r = *waiting_[i];
+    if (admit(r, budget, scheduled, input)) {
+      waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  if (connector_) plan.metadata = connector_->build_step_metadata(input);
+  plan.metadata.step = plan.step;
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    Request& r = *scheduled[i];
+    const size_t n = last_counts_[i];
+    plan.batch.push_back(BatchEntry{
+        .start = static_cast<uint32_t>(r.num_computed),
+        .tokens = std::vector<TokenId>(r.tokens.begin() + static_cast<ptrdiff_t>(r.num_computed),
+                                       r.tokens.begin() + static_cast<ptrdiff_t>(r.num_computed + n)),
+        .table = r.blocks});
+  }
+  last_scheduled_ = std::move(scheduled);
+  ++counters_.steps;
+  return plan;
+}
+
+void EngineScheduler::cache_computed_blocks(Request& r) {
+  extend_block_keys(r);
+  const size_t full = std::min(r.num_computed / config_.layout.block_size, r.block_keys.size());
+  for (; r.cached_blocks < full; ++r.cached_blocks) {
+    blocks_.cache(r.blocks[r.cached_blocks], r.block_keys[r.cached_blocks]);
+  }
+}
+
+void EngineScheduler::finish(Request& r, std::vector<RequestUpdate>& updates) {
+  (void)updates;
+  if (auto it = std::ranges::find(running_, &r); it != running_.end()) running_.erase(it);
+  if (auto it = std::ranges::find(waiting_, &r); it != waiting_.end()) waiting_.erase(it);
+  if (connector_ && connector_->request_finished(r.id)) {
+    r.state = State::kFinishing;  // its blocks stay until the connector releases them
+    return;
+  }
+  release_blocks(r);
+  requests_.erase(r.id);
+}
+
+std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenId>& sampled,
+                                                        const std::vector<WorkerOutput>& outputs) {
+  std::vector<RequestUpdate> updates;
+  if (sampled.size() != last_scheduled_.size()) {
+    throw std::invalid_argument("finish_step: " + std::to_string(sampled.size()) +
+                                " sampled tokens for " + std::to_string(last_scheduled_.size()) +
+                                " sequences");
+  }
+  std::vector<Request*> done;
+  for (size_t i = 0; i < last_scheduled_.size(); ++i) {
+    Request& r = *last_scheduled_[i];
+    if (r.state != State::kRunning) continue;  // preempted or aborted meanwhile
+    r.num_computed += last_counts_[i];
+    cache_computed_blocks(r);
+    if (r.num_computed < r.tokens.size()) continue;  // prefill continues next step
+    RequestUpdate u{.id = r.id, .prompt_tokens = r.prompt, .cached_tokens = r.cached_tokens};
+    r.reported_cache = true;
+    r.tokens.push_back(sampled[i]);
+    u.new_tokens.push_back(sampled[i]);
+    ++counters_.generated_tokens;
+    if (r.tokens.size() - r.prompt >= r.max_tokens) {
+      u.done = true;
+      u.finish_reason = "length";
+      done.push_back(&r);
+    }
+    updates.push_back(std::move(u));
+  }
+  for (Request* r : done) finish(*r, updates);
+  last_scheduled_.clear();
+  if (!connector_) return updates;
+
+  const StepOutcome outcome = connector_->update_from_worker_output(outputs);
+  for (const LoadFinished& l : outcome.loads) {
+    auto it = requests_.find(l.request);
+    if (it == requests_.end()) continue;
+    Request& r = *it->second;
+    if (l.outcome == Outcome::kUnprovable) continue;  // the engine is failing (F7)
+    const size_t wanted = r.cached_tokens - r.load_from;
+    r.num_computed = l.num_computed;
+    counters_.kvtier_hit_tokens += l.num_computed - r.load_from;
+    if (l.outcome == Outcome::kFailed) {
+      counters_.recomputed_tokens += r.load_from + wanted - l.num_computed;
+      r.cached_tokens = l.num_computed;  // F4: the rest is recomputed
+    }
+    if (r.state == State::kLoading) {
+      r.state = State::kRunning;
+      cache_computed_blocks(r);
+    }
+  }
+  for (const RequestId& id : outcome.released) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    release_blocks(*it->second);
+    requests_.erase(it);
+  }
+  return updates;
+}
+
+std::vector<RequestUpdate> EngineScheduler::fail_all(const std::string& error) {
+  std::vector<RequestUpdate> updates;
+  for (auto& [id, r] : requests_) {
+    if (r->state != State::kFinishing) updates.push_back({.id = id, .done = true, .error = error});
+  }
+  waiting_.clear();
+  running_.clear();
+  return updates;
+}
+
+EngineCounters EngineScheduler::counters() const {
+  EngineCounters c = counters_;
+  c.waiting = waiting_.size();
+  c.running = running_.size();
+  return c;
+}
+
+std::optional<ConnectorCounters> EngineScheduler::connector_counters() const {
+  if (!connector_) return std::nullopt;
+  return connector_->counters();
+}
+
+std::optional<CacheCounters> EngineScheduler::cache_counters() const {
+  if (!cache_) return std::nullopt;
+  return cache_->counters();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,50 @@
+#include "kvtier/engine/engine_shape.h"
+
+#include <stdexcept>
+
+namespace kvtier {
+
+EngineShape engine_shape(const Config& config) {
+  EngineShape shape;
+  const ModelSection& m = config.model;
+  shape.model = ModelConfig{.layers = m.layers,
+                            .q_heads = m.q_heads,
+                            .kv_heads = m.kv_heads,
+                            .head_dim = m.head_dim,
+                            .hidden = m.hidden,
+                            .mlp_dim = m.mlp_dim,
+                            .max_context = m.max_context,
+                            .sliding_window = m.sliding_window,
+                            .seed = m.seed};
+  shape.world_size = config.engine.world_size;
+  if (Status s = shape.model.validate_for(shape.world_size); !s) {
+    throw std::invalid_argument(s.error().message + " (engine.world_size is " +
+                                std::to_string(shape.world_size) + ")");
+  }
+  const std::vector<GroupBlocking> blocking(
+      shape.model.num_kv_groups(),
+      GroupBlocking{.block_size = config.layout.block_size,
+                    .blocks_per_chunk = config.layout.blocks_per_chunk});
+  shape.layout = model_kv_layout(shape.model, config.layout.device_layout, blocking, shape.world_size);
+  shape.device_blocks = config.engine.device_blocks;
+  const uint64_t chunk_all_ranks = uint64_t{shape.layout.max_chunk_bytes()} * shape.world_size;
+  const uint64_t slots = config.cache.host_bytes / chunk_all_ranks;
+  if (config.connector.enabled && slots == 0) {
+    throw std::invalid_argument("cache.host_bytes (" + std::to_string(config.cache.host_bytes) +
+                                ") holds no chunk: one chunk on every rank is " +
+                                std::to_string(chunk_all_ranks) + " bytes");
+  }
+  shape.host_slots = static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(slots, 1), 1u << 24));
+  shape.model_id = shape.model.model_id();
+  return shape;
+}
+
+std::string frontend_endpoint(const std::string& run_dir) { return "ipc://" + run_dir + "/frontend.ipc"; }
+std::string core_endpoint(const std::string& run_dir, uint32_t core) {
+  return "ipc://" + run_dir + "/core-" + std::to_string(core) + ".ipc";
+}
+std::string collective_endpoint(const std::string& run_dir, uint32_t core) {
+  return "ipc://" + run_dir + "/core-" + std::to_string(core) + "-collective.ipc";
+}
+
+}  // namespace kvtier

@@ -1,0 +1,123 @@
+// CoreProcessHarness: a real `kvtier engine-core` process with its real worker processes,
+// driven by the test acting as the frontend (a ROUTER at the run dir's frontend endpoint), so
+// the engine core and workers are tested without the HTTP frontend. Every wait is bounded.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvtier/core/chunk_key.h"
+#include "kvtier/engine/child_process.h"
+#include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/wire.h"
+
+namespace kvtier::testing {
+
+struct Completion {
+  std::vector<TokenId> tokens;
+  size_t cached_tokens = 0;
+  std::string error;
+  bool done = false;
+};
+
+class CoreProcessHarness {
+ public:
+  explicit CoreProcessHarness(Config config) : config_(std::move(config)), socket_(context_, zmq::socket_type::router) {
+    char tmpl[] = "/tmp/kvtier-core-test-XXXXXX";
+    run_dir_ = mkdtemp(tmpl);
+    config_path_ = run_dir_ + "/config.yaml";
+    std::ofstream(config_path_) << to_yaml(config_);
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.bind(frontend_endpoint(run_dir_));
+    core_ = ChildProcess::spawn({KVTIER_CLI_PATH, "engine-core", "0", "--run-dir", run_dir_,
+                                 "--config", config_path_});
+  }
+
+  ~CoreProcessHarness() {
+    send({{"t", "shutdown"}});
+    wait_until([&] { return core_.poll_exit().has_value(); }, std::chrono::seconds(5));
+    core_.kill_and_reap();
+    std::filesystem::remove_all(run_dir_);
+  }
+
+  void send(const nlohmann::json& body) { send_message_to(socket_, "core-0", body); }
+
+  // Handles messages until `done()` holds or `timeout` passes; returns whether it held.
+  template <class Pred>
+  bool wait_until(Pred done, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(10));
+      while (auto msg = try_receive(socket_, true)) {
+        if (*msg) handle((*msg)->body);
+      }
+    }
+    return true;
+  }
+
+  bool wait_ready() {
+    return wait_until([&] { return hello_ || core_.poll_exit(); }, std::chrono::seconds(60)) && hello_;
+  }
+
+  Completion complete(const std::vector<TokenId>& prompt, size_t max_tokens,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
+    const std::string id = "req-" + std::to_string(next_id_++);
+    send({{"t", "add"}, {"id", id}, {"prompt", prompt}, {"max_tokens", max_tokens}});
+    wait_until([&] { return completions_[id].done || failed_; }, timeout);
+    return completions_[id];
+  }
+
+  const std::optional<std::string>& failed() const { return failed_; }
+  const nlohmann::json& counters() const { return counters_; }
+  ChildProcess& core() { return core_; }
+  std::map<std::string, Completion>& completions() { return completions_; }
+  std::string add(const std::vector<TokenId>& prompt, size_t max_tokens) {
+    const std::string id = "req-" + std::to_string(next_id_++);
+    send({{"t", "add"}, {"id", id}, {"prompt", prompt}, {"max_tokens", max_tokens}});
+    return id;
+  }
+  const std::string& run_dir() const { return run_dir_; }
+
+ private:
+  void handle(const nlohmann::json& m) {
+    const std::string t = m["t"];
+    if (t == "hello") hello_ = true;
+    if (t == "hb") counters_ = m["counters"];
+    if (t == "failed" && !failed_) failed_ = m["reason"].get<std::string>();
+    if (t == "out") {
+      Completion& c = completions_[m["id"]];
+      for (TokenId tok : m["tokens"].get<std::vector<TokenId>>()) c.tokens.push_back(tok);
+      c.cached_tokens = m["cached_tokens"];
+      c.done = c.done || m["done"].get<bool>();
+    }
+    if (t == "err") {
+      Completion& c = completions_[m["id"]];
+      c.error = m["message"];
+      c.done = true;
+    }
+  }
+
+  Config config_;
+  std::string run_dir_;
+  std::string config_path_;
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+  ChildProcess core_;
+  bool hello_ = false;
+  std::optional<std::string> failed_;
+  nlohmann::json counters_;
+  std::map<std::string, Completion> completions_;
+  size_t next_id_ = 0;
+};
+
+}  // namespace kvtier::testing
