@@ -30,6 +30,12 @@ LookupState CacheManager::state(const ChunkKey& key) const {
   return it->second.state == KeyState::kReady ? LookupState::kHit : LookupState::kPending;
 }
 
+std::optional<SlotId> CacheManager::ready_slot(const ChunkKey& key) const {
+  auto it = index_.find(key);
+  if (it == index_.end() || it->second.state != KeyState::kReady) return std::nullopt;
+  return it->second.slot;
+}
+
 LookupResult CacheManager::lookup(std::span<const ChunkKey> keys) {
   LookupResult result;
   while (result.hit_chunks < keys.size()) {
@@ -77,6 +83,7 @@ std::optional<StorePlan> CacheManager::prepare_store(std::span<const ChunkKey> k
   }
   // Past this point nothing can fail: the plan is committed whole.
   for (const ChunkKey& key : plan.evicted) {
+    plan.evicted_slots.push_back(index_.at(key).slot);
     policy_->evict(key);
     drop_ready(key);
   }
