@@ -118,7 +118,9 @@ TEST(DiskTier, FoundAgainAfterRestart) {
   }
   // A write that crashed before its rename leaves a temp file: it is not a record.
   const std::filesystem::path leftover = dir.path() / "00" / "junk.kvc.tmp.1.1";
+  std::filesystem::create_directories(leftover.parent_path());
   std::ofstream(leftover) << "torn";
+  ASSERT_TRUE(std::filesystem::exists(leftover));
   auto reopened = open_tier(dir.path(), 1 << 20);
   EXPECT_EQ(reopened->chunk_count(), 3u);
   EXPECT_EQ(reopened->bytes_used(), 3 * kRecord);

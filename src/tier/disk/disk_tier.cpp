@@ -85,11 +85,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options)
                       "disk tier: capacity_bytes and io_threads must be > 0");
   }
   std::error_code ec;
-  for (int i = 0; i < 256 && !ec; ++i) {
-    char sub[3];
-    std::snprintf(sub, sizeof sub, "%02x", i);
-    fs::create_directories(options.directory / sub, ec);
-  }
+  fs::create_directories(options.directory, ec);  // the 2-digit folders come with their first file
   if (ec) {
     return make_error(ErrorCode::kUnavailable, "disk tier: cannot create " +
                                                    options.directory.string() + ": " + ec.message());
@@ -183,7 +179,13 @@ ChunkStatus DiskTier::write_one(const ChunkKey& key, std::span<const std::byte> 
   std::array<std::byte, kChunkRecordHeaderBytes> header;
   encode_chunk_header(key, payload, header);
   {
-    Fd out{::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
+    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+    Fd out{::open(temp_path.c_str(), flags, 0644)};
+    if (out.fd < 0 && errno == ENOENT) {
+      std::error_code ec;
+      fs::create_directories(final_path.parent_path(), ec);
+      out.fd = ::open(temp_path.c_str(), flags, 0644);
+    }
     if (out.fd < 0) return ChunkStatus::kError;
     if (!pwrite_all(out.fd, header.data(), header.size(), 0) ||
         !pwrite_all(out.fd, payload.data(), payload.size(), kChunkRecordHeaderBytes)) {
