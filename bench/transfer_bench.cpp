@@ -1,5 +1,7 @@
 #include "transfer_bench.h"
 
+#include "bench_row.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -96,31 +98,6 @@ double time_memcpy(const std::vector<CopyDescriptor>& descriptors) {
     std::memcpy(reinterpret_cast<void*>(d.dst), reinterpret_cast<const void*>(d.src), d.bytes);
   }
   return seconds_since(t0);
-}
-
-struct Row {
-  nlohmann::ordered_json json;
-  std::string text;
-};
-
-void emit(std::ostream& out, bool json, const nlohmann::ordered_json& row) {
-  if (json) {
-    out << row.dump() << "\n";
-    return;
-  }
-  for (const auto& [k, v] : row.items()) {
-    if (k == "bench") continue;
-    std::ostringstream cell;
-    if (v.is_number_float()) {
-      cell << std::fixed << std::setprecision(v.get<double>() >= 1000 ? 0 : 2) << v.get<double>();
-    } else if (v.is_string()) {
-      cell << v.get<std::string>();
-    } else {
-      cell << v.dump();
-    }
-    out << k << "=" << std::left << std::setw(12) << cell.str() << " ";
-  }
-  out << "\n";
 }
 
 }  // namespace
