@@ -13,6 +13,13 @@ Result<WritePolicy> parse_write_policy(std::string_view name) {
                     "write policy must be on_store or on_evict, got '" + std::string(name) + "'");
 }
 
+TierMoverOptions tier_mover_options(const TiersConfig& config) {
+  Result<WritePolicy> policy = parse_write_policy(config.write_policy);
+  if (!policy) throw std::invalid_argument("tiers.write_policy: " + policy.error().message);
+  return TierMoverOptions{.write_queue_chunks = config.write_queue_chunks,
+                          .write_policy = *policy};
+}
+
 TierMover::TierMover(CacheManager& cache, const HostPool& pool, std::vector<MoverTier> tiers,
                      TierMoverOptions options)
     : cache_(cache), pool_(pool), tiers_(std::move(tiers)), options_(options) {

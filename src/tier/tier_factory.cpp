@@ -8,10 +8,12 @@ namespace kvtier {
 Result<std::vector<std::unique_ptr<HealthCheckedTier>>> make_tiers(const TiersConfig& config,
                                                                    const KeyNamespace& ns,
                                                                    const Clock& clock) {
-  const HealthOptions health{.probe_initial = seconds_to_duration(config.probe_initial_s),
-                             .probe_max = seconds_to_duration(config.probe_max_s),
-                             .probe_timeout = seconds_to_duration(config.redis_timeout_s),
-                             .clock = &clock};
+  const auto health = [&](std::string_view tier_name) {
+    return HealthOptions{.probe_initial = seconds_to_duration(config.probe_initial_s),
+                         .probe_max = seconds_to_duration(config.probe_max_s),
+                         .probe_timeout = tier_timeout(config, tier_name),
+                         .clock = &clock};
+  };
   std::vector<std::unique_ptr<HealthCheckedTier>> tiers;
   if (!config.disk_path.empty()) {
     Result<std::unique_ptr<DiskTier>> disk = DiskTier::open({.directory = config.disk_path,
@@ -20,7 +22,7 @@ Result<std::vector<std::unique_ptr<HealthCheckedTier>>> make_tiers(const TiersCo
     if (!disk) {
       return make_error(disk.error().code, "tiers.disk_path: " + disk.error().message);
     }
-    tiers.push_back(std::make_unique<HealthCheckedTier>(std::move(*disk), health));
+    tiers.push_back(std::make_unique<HealthCheckedTier>(std::move(*disk), health("disk")));
   }
   if (!config.redis_url.empty()) {
     Result<std::unique_ptr<RedisTier>> redis = RedisTier::open(
@@ -29,7 +31,7 @@ Result<std::vector<std::unique_ptr<HealthCheckedTier>>> make_tiers(const TiersCo
     if (!redis) {
       return make_error(redis.error().code, "tiers.redis_url: " + redis.error().message);
     }
-    tiers.push_back(std::make_unique<HealthCheckedTier>(std::move(*redis), health));
+    tiers.push_back(std::make_unique<HealthCheckedTier>(std::move(*redis), health("redis")));
   }
   return tiers;
 }

@@ -48,6 +48,7 @@
 #include "kvtier/cache/cache_manager.h"
 #include "kvtier/cache/host_pool.h"
 #include "kvtier/core/clock.h"
+#include "kvtier/core/config.h"
 #include "kvtier/tier/health_checked_tier.h"
 
 namespace kvtier {
@@ -67,6 +68,10 @@ struct TierMoverOptions {
   size_t write_batch_chunks = 16;  // chunks per put call, at most
   Duration health_tick = std::chrono::milliseconds(100);
 };
+
+// The options a (validated) tiers config section asks for. Throws std::invalid_argument for
+// a write_policy that parse_write_policy rejects.
+TierMoverOptions tier_mover_options(const TiersConfig& config);
 
 struct TierMoverCounters {
   uint64_t writes_enqueued = 0;   // chunks copied into the write queue
