@@ -94,6 +94,13 @@ MoverTier fake_tier(FakeTier** out, std::string name = "fake", Duration probe_in
   return MoverTier{healthy(std::move(fake), probe_initial), kTimeout};
 }
 
+// Health-checked fakes, top first; each FakeTier* is set to its fake.
+std::vector<MoverTier> fakes(std::initializer_list<std::pair<FakeTier**, std::string>> specs) {
+  std::vector<MoverTier> tiers;
+  for (const auto& [out, name] : specs) tiers.push_back(fake_tier(out, name));
+  return tiers;
+}
+
 TEST(TierMover, WriteBehindPutsEveryStoredChunkToEveryTier) {
   testing::TempDir dir;
   FakeTier* fake = nullptr;
@@ -121,8 +128,7 @@ TEST(TierMover, WriteBehindPutsEveryStoredChunkToEveryTier) {
 
 TEST(TierMover, DemotedBytesAreCopiedBeforeTheSlotIsReused) {
   FakeTier* fake = nullptr;
-  std::vector<MoverTier> tiers;
-  tiers.push_back(fake_tier(&fake));
+  std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});
   Rig rig(4, std::move(tiers));
   std::optional<HeldPuts> held(fake);
   rig.store({1});
@@ -137,8 +143,7 @@ TEST(TierMover, DemotedBytesAreCopiedBeforeTheSlotIsReused) {
 
 TEST(TierMover, FullWriteQueueDropsChunksInsteadOfBlocking) {
   FakeTier* fake = nullptr;
-  std::vector<MoverTier> tiers;
-  tiers.push_back(fake_tier(&fake));
+  std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});
   Rig rig(8, std::move(tiers), {.write_queue_chunks = 2, .write_batch_chunks = 1});
   std::optional<HeldPuts> held(fake);
   rig.store({1});
@@ -156,8 +161,7 @@ TEST(TierMover, FullWriteQueueDropsChunksInsteadOfBlocking) {
 
 TEST(TierMover, OnEvictDemotesEvictedChunksBeforeTheirSlotsAreRewritten) {
   FakeTier* fake = nullptr;
-  std::vector<MoverTier> tiers;
-  tiers.push_back(fake_tier(&fake));
+  std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});
   Rig rig(2, std::move(tiers), {.write_policy = WritePolicy::kOnEvict});
   rig.store({1, 2});
   ASSERT_TRUE(rig.mover->wait_idle(kIdle));
@@ -173,9 +177,7 @@ TEST(TierMover, OnEvictDemotesEvictedChunksBeforeTheirSlotsAreRewritten) {
 TEST(TierMover, LowerHitsCountTheConsecutiveKeysSomeTierHolds) {
   FakeTier* upper = nullptr;
   FakeTier* lower = nullptr;
-  std::vector<MoverTier> tiers;
-  tiers.push_back(fake_tier(&upper, "upper"));
-  tiers.push_back(fake_tier(&lower, "lower"));
+  std::vector<MoverTier> tiers = fakes({{&upper, "upper"}, {&lower, "lower"}});
   Rig rig(4, std::move(tiers));
   for (uint64_t id : {0, 1, 4}) upper->insert(key(id), pattern(id));
   lower->insert(key(2), pattern(2));
@@ -191,9 +193,7 @@ TEST(TierMover, LowerHitsCountTheConsecutiveKeysSomeTierHolds) {
 TEST(TierMover, H7_LowerHitsSkipADownTierAndNameIt) {
   FakeTier* upper = nullptr;
   FakeTier* lower = nullptr;
-  std::vector<MoverTier> tiers;
-  tiers.push_back(fake_tier(&upper, "upper"));
-  tiers.push_back(fake_tier(&lower, "lower"));
+  std::vector<MoverTier> tiers = fakes({{&upper, "upper"}, {&lower, "lower"}});
   Rig rig(4, std::move(tiers));
   for (uint64_t id : {0, 1}) upper->insert(key(id), pattern(id));
   lower->insert(key(2), pattern(2));
@@ -209,8 +209,7 @@ TEST(TierMover, H7_LowerHitsSkipADownTierAndNameIt) {
 
 TEST(TierMover, PrefetchMakesKeysPendingThenPublishesThem) {
   FakeTier* fake = nullptr;
-  std::vector<MoverTier> tiers;
-  tiers.push_back(fake_tier(&fake));
+  std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});
   Rig rig(8, std::move(tiers));
   for (uint64_t id = 0; id < 4; ++id) fake->insert(key(id), pattern(id));
   const std::vector<ChunkKey> keys = key_range(0, 4);
@@ -231,9 +230,7 @@ TEST(TierMover, PrefetchMakesKeysPendingThenPublishesThem) {
 TEST(TierMover, PrefetchTakesEachChunkFromTheFirstTierThatHasIt) {
   FakeTier* upper = nullptr;
   FakeTier* lower = nullptr;
-  std::vector<MoverTier> tiers;
-  tiers.push_back(fake_tier(&upper, "upper"));
-  tiers.push_back(fake_tier(&lower, "lower"));
+  std::vector<MoverTier> tiers = fakes({{&upper, "upper"}, {&lower, "lower"}});
   Rig rig(8, std::move(tiers));
   upper->insert(key(0), pattern(0));
   upper->insert(key(1), std::vector<std::byte>(7));  // wrong size: the fake says kCorrupt
@@ -247,8 +244,7 @@ TEST(TierMover, PrefetchTakesEachChunkFromTheFirstTierThatHasIt) {
 
 TEST(TierMover, F3_PrefetchOfAMissingOrDownChunkIsNeverPublished) {
   FakeTier* fake = nullptr;
-  std::vector<MoverTier> tiers;
-  tiers.push_back(fake_tier(&fake));
+  std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});
   Rig rig(8, std::move(tiers));
   fake->insert(key(0), pattern(0));
   ASSERT_EQ(rig.mover->prefetch(key_range(0, 2)), 2u);  // key 1 is nowhere
@@ -271,8 +267,7 @@ TEST(TierMover, F3_PrefetchOfAMissingOrDownChunkIsNeverPublished) {
 
 TEST(TierMover, DestroyedMidPrefetchLeavesNothingPending) {
   FakeTier* fake = nullptr;
-  std::vector<MoverTier> tiers;
-  tiers.push_back(fake_tier(&fake));
+  std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});
   Rig rig(8, std::move(tiers));
   for (uint64_t id = 0; id < 8; ++id) fake->insert(key(id), pattern(id));
   for (uint64_t id = 0; id < 8; ++id) rig.mover->prefetch(std::vector{key(id)});

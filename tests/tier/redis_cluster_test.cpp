@@ -59,6 +59,18 @@ class RedisClusterTest : public ::testing::Test {
   static std::string id_of(const RedisServerProcess& node) {
     return node.command({"CLUSTER", "MYID"}, kTimeout).value();
   }
+  // Slot `slot` starts moving from `from` to `to` (IMPORTING on `to`, MIGRATING on `from`).
+  static void start_migration(const std::string& slot, RedisServerProcess& from,
+                              RedisServerProcess& to) {
+    ASSERT_TRUE(to.command({"CLUSTER", "SETSLOT", slot, "IMPORTING", id_of(from)}, kTimeout));
+    ASSERT_TRUE(from.command({"CLUSTER", "SETSLOT", slot, "MIGRATING", id_of(to)}, kTimeout));
+  }
+  // Every node assigns `slot` to `to`.
+  void finish_migration(const std::string& slot, RedisServerProcess& to) {
+    for (auto& node : cluster_->nodes()) {
+      ASSERT_TRUE(node->command({"CLUSTER", "SETSLOT", slot, "NODE", id_of(to)}, kTimeout));
+    }
+  }
 
   static inline testing::TempDir* dir_ = nullptr;
   static inline RedisClusterProcess* cluster_ = nullptr;
@@ -91,14 +103,11 @@ TEST_F(RedisClusterTest, FollowsMovedAfterASlotChangesOwner) {
   RedisServerProcess& from = owner_of(name);
   RedisServerProcess& to = other_than(from);
   // The cluster specification's slot migration, by hand.
-  ASSERT_TRUE(to.command({"CLUSTER", "SETSLOT", slot, "IMPORTING", id_of(from)}, kTimeout));
-  ASSERT_TRUE(from.command({"CLUSTER", "SETSLOT", slot, "MIGRATING", id_of(to)}, kTimeout));
+  start_migration(slot, from, to);
   ASSERT_TRUE(from.command({"MIGRATE", "127.0.0.1", std::to_string(to.port()), "", "0", "5000",
                             "KEYS", name},
                            kTimeout));
-  for (auto& node : cluster_->nodes()) {
-    ASSERT_TRUE(node->command({"CLUSTER", "SETSLOT", slot, "NODE", id_of(to)}, kTimeout));
-  }
+  finish_migration(slot, to);
   // The tier still routes the slot to `from`, which answers MOVED.
   GetOutcome g = get_range(*tier_, 0, 1, kTimeout);
   ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
@@ -112,8 +121,7 @@ TEST_F(RedisClusterTest, FollowsAskWhileASlotMigrates) {
   const std::string slot = std::to_string(redis_key_slot(name));
   RedisServerProcess& from = owner_of(name);
   RedisServerProcess& to = other_than(from);
-  ASSERT_TRUE(to.command({"CLUSTER", "SETSLOT", slot, "IMPORTING", id_of(from)}, kTimeout));
-  ASSERT_TRUE(from.command({"CLUSTER", "SETSLOT", slot, "MIGRATING", id_of(to)}, kTimeout));
+  start_migration(slot, from, to);
   // An absent key of a migrating slot: `from` answers ASK, the write lands on `to`.
   ASSERT_EQ(put_range(*tier_, 5, 1, kTimeout).value(), all(ChunkStatus::kOk, 1));
   EXPECT_EQ(to.command({"CLUSTER", "COUNTKEYSINSLOT", slot}, kTimeout).value(), "1");
@@ -121,9 +129,7 @@ TEST_F(RedisClusterTest, FollowsAskWhileASlotMigrates) {
   ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
   EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, 1));
   EXPECT_TRUE(g.ok_chunks_intact);
-  for (auto& node : cluster_->nodes()) {  // finish the migration, so later tests see a clean map
-    ASSERT_TRUE(node->command({"CLUSTER", "SETSLOT", slot, "NODE", id_of(to)}, kTimeout));
-  }
+  finish_migration(slot, to);  // so later tests see a clean map
 }
 
 }  // namespace

@@ -35,10 +35,12 @@ std::optional<ChunkKey> parse_key_hex(std::string_view hex) {
   return key;
 }
 
-// Writes or reads exactly `bytes` at `offset`; false on an error or end of file.
-bool pwrite_all(int fd, const std::byte* data, size_t bytes, off_t offset) {
+// Writes or reads exactly `bytes` at `offset` with `io` (pwrite or pread); false on an error or
+// end of file.
+template <class Io, class Byte>
+bool transfer_all(Io io, int fd, Byte* data, size_t bytes, off_t offset) {
   while (bytes > 0) {
-    const ssize_t n = ::pwrite(fd, data, bytes, offset);
+    const ssize_t n = io(fd, data, bytes, offset);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     data += n;
@@ -48,16 +50,12 @@ bool pwrite_all(int fd, const std::byte* data, size_t bytes, off_t offset) {
   return true;
 }
 
+bool pwrite_all(int fd, const std::byte* data, size_t bytes, off_t offset) {
+  return transfer_all(::pwrite, fd, data, bytes, offset);
+}
+
 bool pread_all(int fd, std::byte* data, size_t bytes, off_t offset) {
-  while (bytes > 0) {
-    const ssize_t n = ::pread(fd, data, bytes, offset);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    bytes -= static_cast<size_t>(n);
-    offset += n;
-  }
-  return true;
+  return transfer_all(::pread, fd, data, bytes, offset);
 }
 
 struct Fd {

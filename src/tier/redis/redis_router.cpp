@@ -53,17 +53,9 @@ RedisConnectionPool& RedisRouter::pool_for(const RedisEndpoint& endpoint) {
 }
 
 Result<bool> RedisRouter::load_topology(const RedisEndpoint& node, TimePoint deadline) {
-  const RedisCommand command{.key = "", .args = {"CLUSTER", "SLOTS"}};
-  std::vector<RedisReplyPtr> replies(1);
-  std::vector<std::optional<RedisEndpoint>> ask(1);
-  std::vector<size_t> again;
-  bool moved = false;
-  if (Status ok = run_on_node(node, std::span(&command, 1), {0}, replies, ask, again, moved,
-                              deadline);
-      !ok) {
-    return std::unexpected(ok.error());
-  }
-  const redisReply* r = replies[0].get();
+  Result<RedisReplyPtr> reply = run_one(node, {.key = "", .args = {"CLUSTER", "SLOTS"}}, deadline);
+  if (!reply) return std::unexpected(reply.error());
+  const redisReply* r = reply->get();
   if (r == nullptr || is_error(r)) return false;  // "ERR This instance has cluster support disabled"
   if (r->type != REDIS_REPLY_ARRAY) {
     return make_error(ErrorCode::kInternal, "redis: unexpected CLUSTER SLOTS reply");
@@ -118,6 +110,20 @@ RedisEndpoint RedisRouter::node_for(std::string_view key) const {
   if (!cluster_) return seed_;
   const int16_t master = slot_master_[redis_key_slot(key)];
   return master < 0 ? seed_ : masters_[master];
+}
+
+Result<RedisReplyPtr> RedisRouter::run_one(const RedisEndpoint& node, const RedisCommand& command,
+                                           TimePoint deadline) {
+  std::vector<RedisReplyPtr> replies(1);
+  std::vector<std::optional<RedisEndpoint>> ask(1);
+  std::vector<size_t> again;
+  bool moved = false;
+  if (Status ok = run_on_node(node, std::span(&command, 1), {0}, replies, ask, again, moved,
+                              deadline);
+      !ok) {
+    return std::unexpected(ok.error());
+  }
+  return std::move(replies[0]);  // null when redirected
 }
 
 Status RedisRouter::run_on_node(const RedisEndpoint& node, std::span<const RedisCommand> commands,
@@ -210,18 +216,10 @@ Status RedisRouter::ping_all(TimePoint deadline) {
     std::lock_guard lock(topology_mutex_);
     nodes = cluster_ ? masters_ : std::vector<RedisEndpoint>{seed_};
   }
-  const RedisCommand ping{.key = "", .args = {"PING"}};
   for (const RedisEndpoint& node : nodes) {
-    std::vector<RedisReplyPtr> replies(1);
-    std::vector<std::optional<RedisEndpoint>> ask(1);
-    std::vector<size_t> again;
-    bool moved = false;
-    if (Status ok = run_on_node(node, std::span(&ping, 1), {0}, replies, ask, again, moved,
-                                deadline);
-        !ok) {
-      return ok;
-    }
-    if (!replies[0] || is_error(replies[0].get())) {
+    Result<RedisReplyPtr> pong = run_one(node, {.key = "", .args = {"PING"}}, deadline);
+    if (!pong) return std::unexpected(pong.error());
+    if (!*pong || is_error(pong->get())) {
       return make_error(ErrorCode::kUnavailable,
                         "redis " + node.to_string() + ": PING answered with an error");
     }

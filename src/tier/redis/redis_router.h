@@ -51,6 +51,9 @@ class RedisRouter {
   Result<bool> load_topology(const RedisEndpoint& node, TimePoint deadline);
   RedisEndpoint node_for(std::string_view key) const;
   RedisConnectionPool& pool_for(const RedisEndpoint& endpoint);
+  // One command on one node, no redirections followed.
+  Result<RedisReplyPtr> run_one(const RedisEndpoint& node, const RedisCommand& command,
+                                TimePoint deadline);
   // Runs the commands `which` on one node, pipelined. Fills replies, or records redirections.
   Status run_on_node(const RedisEndpoint& node, std::span<const RedisCommand> commands,
                      const std::vector<size_t>& which, std::vector<RedisReplyPtr>& replies,

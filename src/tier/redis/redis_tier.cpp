@@ -22,6 +22,18 @@ std::span<const std::byte> as_bytes(const redisReply* r) {
   return {reinterpret_cast<const std::byte*>(r->str), r->len};
 }
 
+// One `<verb> <redis key>` command per key, pipelined.
+Result<std::vector<RedisReplyPtr>> run_per_key(tier_internal::RedisRouter& router,
+                                               const RedisTier& tier, std::string_view verb,
+                                               std::span<const ChunkKey> keys, Duration timeout) {
+  std::vector<std::string> names;
+  names.reserve(keys.size());
+  for (const ChunkKey& key : keys) names.push_back(tier.redis_key(key));
+  std::vector<RedisCommand> commands;
+  for (const std::string& name : names) commands.push_back({.key = name, .args = {verb, name}});
+  return router.execute(commands, deadline_after(timeout));
+}
+
 }  // namespace
 
 std::string redis_key_prefix(const KeyNamespace& ns) {
@@ -80,12 +92,7 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
 Result<std::vector<ChunkStatus>> RedisTier::do_get(std::span<const ChunkKey> keys,
                                                    std::span<const std::span<std::byte>> dst,
                                                    Duration timeout) {
-  std::vector<std::string> names;
-  std::vector<RedisCommand> commands;
-  names.reserve(keys.size());
-  for (const ChunkKey& key : keys) names.push_back(redis_key(key));
-  for (const std::string& name : names) commands.push_back({.key = name, .args = {"GET", name}});
-  Result<std::vector<RedisReplyPtr>> replies = router_->execute(commands, deadline_after(timeout));
+  Result<std::vector<RedisReplyPtr>> replies = run_per_key(*router_, *this, "GET", keys, timeout);
   if (!replies) return std::unexpected(replies.error());
   std::vector<ChunkStatus> statuses;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -115,12 +122,7 @@ Result<std::vector<ChunkStatus>> RedisTier::do_get(std::span<const ChunkKey> key
 
 Result<std::vector<bool>> RedisTier::do_contains(std::span<const ChunkKey> keys,
                                                  Duration timeout) {
-  std::vector<std::string> names;
-  std::vector<RedisCommand> commands;
-  names.reserve(keys.size());
-  for (const ChunkKey& key : keys) names.push_back(redis_key(key));
-  for (const std::string& name : names) commands.push_back({.key = name, .args = {"EXISTS", name}});
-  Result<std::vector<RedisReplyPtr>> replies = router_->execute(commands, deadline_after(timeout));
+  Result<std::vector<RedisReplyPtr>> replies = run_per_key(*router_, *this, "EXISTS", keys, timeout);
   if (!replies) return std::unexpected(replies.error());
   std::vector<bool> present;
   for (const RedisReplyPtr& r : *replies) {
