@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <system_error>
 
@@ -228,30 +229,36 @@ ChunkStatus DiskTier::read_one(const ChunkKey& key, std::span<std::byte> dst) {
   return ChunkStatus::kCorrupt;
 }
 
+namespace {
+
+// Runs one_key(i) for every key on the IO pool; kDeadlineExceeded when some never ran.
+Result<std::vector<ChunkStatus>> run_batch(tier_internal::IoPool& io, size_t n,
+                                           const std::function<ChunkStatus(size_t)>& one_key,
+                                           Duration timeout, std::string_view op) {
+  std::vector<ChunkStatus> statuses(n, ChunkStatus::kError);
+  const std::vector<bool> ran =
+      io.run(n, [&](size_t i) { statuses[i] = one_key(i); }, deadline_after(timeout));
+  if (std::ranges::find(ran, false) != ran.end()) {
+    return make_error(ErrorCode::kDeadlineExceeded,
+                      "disk tier: " + std::string(op) + " timed out");
+  }
+  return statuses;
+}
+
+}  // namespace
+
 Result<std::vector<ChunkStatus>> DiskTier::do_put(
     std::span<const ChunkKey> keys, std::span<const std::span<const std::byte>> chunks,
     Duration timeout) {
-  std::vector<ChunkStatus> statuses(keys.size(), ChunkStatus::kError);
-  const std::vector<bool> ran = io_->run(
-      keys.size(), [&](size_t i) { statuses[i] = write_one(keys[i], chunks[i]); },
-      deadline_after(timeout));
-  if (std::ranges::find(ran, false) != ran.end()) {
-    return make_error(ErrorCode::kDeadlineExceeded, "disk tier: put timed out");
-  }
-  return statuses;
+  return run_batch(
+      *io_, keys.size(), [&](size_t i) { return write_one(keys[i], chunks[i]); }, timeout, "put");
 }
 
 Result<std::vector<ChunkStatus>> DiskTier::do_get(std::span<const ChunkKey> keys,
                                                   std::span<const std::span<std::byte>> dst,
                                                   Duration timeout) {
-  std::vector<ChunkStatus> statuses(keys.size(), ChunkStatus::kError);
-  const std::vector<bool> ran = io_->run(
-      keys.size(), [&](size_t i) { statuses[i] = read_one(keys[i], dst[i]); },
-      deadline_after(timeout));
-  if (std::ranges::find(ran, false) != ran.end()) {
-    return make_error(ErrorCode::kDeadlineExceeded, "disk tier: get timed out");
-  }
-  return statuses;
+  return run_batch(
+      *io_, keys.size(), [&](size_t i) { return read_one(keys[i], dst[i]); }, timeout, "get");
 }
 
 Result<std::vector<bool>> DiskTier::do_contains(std::span<const ChunkKey> keys, Duration) {
