@@ -1,11 +1,11 @@
 #include "redis_process.h"
 
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -103,13 +103,25 @@ Result<std::unique_ptr<RedisServerProcess>> RedisServerProcess::start(Options op
   }
 }
 
-RedisServerProcess::~RedisServerProcess() { kill(); }
+RedisServerProcess::~RedisServerProcess() {
+  kill();
+}
 
 Status RedisServerProcess::spawn(Duration ready_timeout) {
   const std::filesystem::path log = options_.directory / "redis.log";
-  std::vector<std::string> argv = {"redis-server", "--port", std::to_string(options_.port),
-                                   "--bind", "127.0.0.1", "--dir", options_.directory.string(),
-                                   "--save", "", "--appendonly", "no", "--protected-mode", "no"};
+  std::vector<std::string> argv = {"redis-server",
+                                   "--port",
+                                   std::to_string(options_.port),
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--dir",
+                                   options_.directory.string(),
+                                   "--save",
+                                   "",
+                                   "--appendonly",
+                                   "no",
+                                   "--protected-mode",
+                                   "no"};
   argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
   const pid_t pid = spawn_logged(argv, log);
   if (pid < 0) return make_error(ErrorCode::kUnavailable, "fork failed");
@@ -119,9 +131,9 @@ Status RedisServerProcess::spawn(Duration ready_timeout) {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      return make_error(ErrorCode::kUnavailable,
-                        "redis-server on port " + std::to_string(options_.port) +
-                            " exited at start; see " + log.string());
+      return make_error(ErrorCode::kUnavailable, "redis-server on port " +
+                                                     std::to_string(options_.port) +
+                                                     " exited at start; see " + log.string());
     }
     if (Result<std::string> pong = command({"PING"}, std::chrono::milliseconds(200));
         pong && *pong == "PONG") {
@@ -130,9 +142,9 @@ Status RedisServerProcess::spawn(Duration ready_timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling a process start
   }
   kill();
-  return make_error(ErrorCode::kUnavailable, "redis-server on port " +
-                                                 std::to_string(options_.port) +
-                                                 " did not answer PING in time; see " + log.string());
+  return make_error(ErrorCode::kUnavailable,
+                    "redis-server on port " + std::to_string(options_.port) +
+                        " did not answer PING in time; see " + log.string());
 }
 
 void RedisServerProcess::kill() {
@@ -181,13 +193,21 @@ Result<std::string> RedisServerProcess::command(const std::vector<std::string>& 
   Result<std::string> out;
   switch (reply->type) {
     case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS: out = std::string(reply->str, reply->len); break;
-    case REDIS_REPLY_INTEGER: out = std::to_string(reply->integer); break;
-    case REDIS_REPLY_NIL: out = std::string(); break;
+    case REDIS_REPLY_STATUS:
+      out = std::string(reply->str, reply->len);
+      break;
+    case REDIS_REPLY_INTEGER:
+      out = std::to_string(reply->integer);
+      break;
+    case REDIS_REPLY_NIL:
+      out = std::string();
+      break;
     case REDIS_REPLY_ERROR:
       out = make_error(ErrorCode::kInternal, std::string(reply->str, reply->len));
       break;
-    default: out = std::string("(array)"); break;
+    default:
+      out = std::string("(array)");
+      break;
   }
   freeReplyObject(reply);
   redisFree(c);
@@ -215,8 +235,8 @@ Result<std::unique_ptr<RedisClusterProcess>> RedisClusterProcess::start(
   create.insert(create.end(), {"--cluster-replicas", "0", "--cluster-yes"});
   const std::filesystem::path log = directory / "cluster-create.log";
   if (run_program(create, log) != 0) {
-    return make_error(ErrorCode::kUnavailable, "redis-cli --cluster create failed; see " +
-                                                   log.string());
+    return make_error(ErrorCode::kUnavailable,
+                      "redis-cli --cluster create failed; see " + log.string());
   }
   const TimePoint deadline = SteadyClock::instance().now() + ready_timeout;
   for (auto& node : cluster->nodes_) {

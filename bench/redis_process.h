@@ -22,9 +22,9 @@ namespace kvtier::bench {
 class RedisServerProcess {
  public:
   struct Options {
-    std::filesystem::path directory;       // created; holds the log (and cluster state)
-    int port = 0;                          // 0: a free loopback port (and port + 10000 free)
-    std::vector<std::string> extra_args;   // e.g. {"--cluster-enabled", "yes"}
+    std::filesystem::path directory;      // created; holds the log (and cluster state)
+    int port = 0;                         // 0: a free loopback port (and port + 10000 free)
+    std::vector<std::string> extra_args;  // e.g. {"--cluster-enabled", "yes"}
   };
 
   // kUnavailable when redis-server is not installed, does not start, or does not answer PING

@@ -126,7 +126,8 @@ struct RawRedis {
     }
     for (size_t i = 0; i < n; ++i) {
       void* reply = nullptr;
-      if (redisGetReply(c, &reply) != REDIS_OK) throw std::runtime_error("baseline: Redis IO error");
+      if (redisGetReply(c, &reply) != REDIS_OK)
+        throw std::runtime_error("baseline: Redis IO error");
       const int type = static_cast<redisReply*>(reply)->type;
       freeReplyObject(reply);
       if (type != expect_type) throw std::runtime_error("baseline: unexpected Redis reply");
@@ -136,28 +137,39 @@ struct RawRedis {
 
 using Argv = std::pair<std::vector<const char*>, std::vector<size_t>>;
 
-double raw_set(RawRedis& r, const std::vector<std::string>& names, const Workload& w, size_t batch) {
+double raw_set(RawRedis& r, const std::vector<std::string>& names, const Workload& w,
+               size_t batch) {
   return timed_batches(w, batch, [&](size_t first, size_t n) {
-    r.pipeline(n, [&](size_t i) {
-      const std::string& k = names[first + i];
-      const auto* v = reinterpret_cast<const char*>(w.chunks[first + i].data());
-      return Argv{{"SET", k.data(), v}, {3, k.size(), w.chunk_bytes}};
-    }, REDIS_REPLY_STATUS);
+    r.pipeline(
+        n,
+        [&](size_t i) {
+          const std::string& k = names[first + i];
+          const auto* v = reinterpret_cast<const char*>(w.chunks[first + i].data());
+          return Argv{{"SET", k.data(), v}, {3, k.size(), w.chunk_bytes}};
+        },
+        REDIS_REPLY_STATUS);
   });
 }
 
 double raw_get(RawRedis& r, const std::vector<std::string>& names, Workload& w, size_t batch) {
   return timed_batches(w, batch, [&](size_t first, size_t n) {
-    r.pipeline(n, [&](size_t i) {
-      const std::string& k = names[first + i];
-      return Argv{{"GET", k.data()}, {3, k.size()}};
-    }, REDIS_REPLY_STRING);
+    r.pipeline(
+        n,
+        [&](size_t i) {
+          const std::string& k = names[first + i];
+          return Argv{{"GET", k.data()}, {3, k.size()}};
+        },
+        REDIS_REPLY_STRING);
   });
 }
 
 void unlink_keys(RawRedis& r, const std::vector<std::string>& names) {
-  r.pipeline(names.size(), [&](size_t i) { return Argv{{"UNLINK", names[i].data()}, {6, names[i].size()}}; },
-             REDIS_REPLY_INTEGER);
+  r.pipeline(
+      names.size(),
+      [&](size_t i) {
+        return Argv{{"UNLINK", names[i].data()}, {6, names[i].size()}};
+      },
+      REDIS_REPLY_INTEGER);
 }
 
 void row(std::ostream& out, bool json, const char* tier, const char* op, size_t chunk_bytes,

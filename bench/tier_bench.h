@@ -19,9 +19,9 @@ struct TierBenchOptions {
   size_t total_bytes = size_t{32} << 20;  // moved per measurement
   int repeat = 3;                         // measurements per side; the best of each is kept
   std::vector<size_t> chunk_bytes = {64 << 10, 512 << 10, 2 << 20};
-  std::string redis_url;             // empty: start a redis-server of our own
-  std::filesystem::path disk_dir;    // empty: a temporary directory
-  size_t batch_chunks = 16;          // chunks per tier call / per pipeline
+  std::string redis_url;           // empty: start a redis-server of our own
+  std::filesystem::path disk_dir;  // empty: a temporary directory
+  size_t batch_chunks = 16;        // chunks per tier call / per pipeline
   bool skip_redis = false;
 };
 

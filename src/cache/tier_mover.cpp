@@ -16,8 +16,7 @@ Result<WritePolicy> parse_write_policy(std::string_view name) {
 TierMoverOptions tier_mover_options(const TiersConfig& config) {
   Result<WritePolicy> policy = parse_write_policy(config.write_policy);
   if (!policy) throw std::invalid_argument("tiers.write_policy: " + policy.error().message);
-  return TierMoverOptions{.write_queue_chunks = config.write_queue_chunks,
-                          .write_policy = *policy};
+  return TierMoverOptions{.write_queue_chunks = config.write_queue_chunks, .write_policy = *policy};
 }
 
 TierMover::TierMover(CacheManager& cache, const HostPool& pool, std::vector<MoverTier> tiers,

@@ -103,8 +103,7 @@ const std::vector<Field>& config_fields() {
                     "read and write); a call past it marks the tier down. (H7)"),
         tiers.field("redis_pool_size", &TiersConfig::redis_pool_size, integer_in(1, 1024),
                     "Connections per Redis node, at most."),
-        tiers.field("write_queue_chunks", &TiersConfig::write_queue_chunks,
-                    integer_in(1, 1 << 20),
+        tiers.field("write_queue_chunks", &TiersConfig::write_queue_chunks, integer_in(1, 1 << 20),
                     "Chunks waiting to be written to the tiers, at most. When the queue is full "
                     "a write is dropped and counted; the engine never waits for a tier."),
         tiers.field("write_policy", &TiersConfig::write_policy, one_of({"on_store", "on_evict"}),

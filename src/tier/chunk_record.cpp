@@ -9,7 +9,9 @@ namespace {
 
 constexpr char kMagic[4] = {'K', 'V', 'C', '1'};
 
-void store_u64(std::byte* at, uint64_t v) { std::memcpy(at, &v, sizeof v); }
+void store_u64(std::byte* at, uint64_t v) {
+  std::memcpy(at, &v, sizeof v);
+}
 uint64_t load_u64(const std::byte* at) {
   uint64_t v;
   std::memcpy(&v, at, sizeof v);
@@ -38,9 +40,9 @@ void encode_chunk_header(const ChunkKey& key, std::span<const std::byte> payload
 std::vector<std::byte> encode_chunk_record(const ChunkKey& key,
                                            std::span<const std::byte> payload) {
   std::vector<std::byte> record(kChunkRecordHeaderBytes + payload.size());
-  encode_chunk_header(key, payload,
-                      std::span<std::byte, kChunkRecordHeaderBytes>(record.data(),
-                                                                    kChunkRecordHeaderBytes));
+  encode_chunk_header(
+      key, payload,
+      std::span<std::byte, kChunkRecordHeaderBytes>(record.data(), kChunkRecordHeaderBytes));
   if (!payload.empty()) {
     std::memcpy(record.data() + kChunkRecordHeaderBytes, payload.data(), payload.size());
   }

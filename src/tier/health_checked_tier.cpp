@@ -5,15 +5,16 @@
 
 namespace kvtier {
 
-std::string_view to_string(TierState state) { return state == TierState::kUp ? "up" : "down"; }
+std::string_view to_string(TierState state) {
+  return state == TierState::kUp ? "up" : "down";
+}
 
 HealthCheckedTier::HealthCheckedTier(std::unique_ptr<Tier> inner, HealthOptions options)
     : inner_(std::move(inner)), options_(options) {
   if (!inner_) throw std::invalid_argument("HealthCheckedTier: tier is null");
   if (options_.clock == nullptr) throw std::invalid_argument("HealthCheckedTier: clock is null");
   if (options_.probe_initial <= Duration::zero() || options_.probe_max < options_.probe_initial) {
-    throw std::invalid_argument(
-        "HealthCheckedTier: need 0 < probe_initial <= probe_max");
+    throw std::invalid_argument("HealthCheckedTier: need 0 < probe_initial <= probe_max");
   }
 }
 
@@ -62,8 +63,7 @@ TierState HealthCheckedTier::probe_if_due() {
 std::unexpected<Error> HealthCheckedTier::skipped() {
   std::lock_guard lock(mutex_);
   ++skipped_calls_;
-  return make_error(ErrorCode::kUnavailable,
-                    "tier " + inner_->name() + " is down: " + last_error_);
+  return make_error(ErrorCode::kUnavailable, "tier " + inner_->name() + " is down: " + last_error_);
 }
 
 void HealthCheckedTier::observe(const Result<std::vector<ChunkStatus>>& result) {

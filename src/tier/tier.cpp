@@ -6,10 +6,14 @@ namespace kvtier {
 
 std::string_view to_string(ChunkStatus status) {
   switch (status) {
-    case ChunkStatus::kOk: return "ok";
-    case ChunkStatus::kMiss: return "miss";
-    case ChunkStatus::kCorrupt: return "corrupt";
-    case ChunkStatus::kError: return "error";
+    case ChunkStatus::kOk:
+      return "ok";
+    case ChunkStatus::kMiss:
+      return "miss";
+    case ChunkStatus::kCorrupt:
+      return "corrupt";
+    case ChunkStatus::kError:
+      return "error";
   }
   return "unknown";
 }
@@ -61,9 +65,15 @@ Result<std::vector<ChunkStatus>> Tier::get(std::span<const ChunkKey> keys,
         cells_.hits += 1;
         cells_.bytes_read += dst[i].size();
         break;
-      case ChunkStatus::kMiss: cells_.misses += 1; break;
-      case ChunkStatus::kCorrupt: cells_.corrupt += 1; break;
-      case ChunkStatus::kError: cells_.errors += 1; break;
+      case ChunkStatus::kMiss:
+        cells_.misses += 1;
+        break;
+      case ChunkStatus::kCorrupt:
+        cells_.corrupt += 1;
+        break;
+      case ChunkStatus::kError:
+        cells_.errors += 1;
+        break;
     }
   }
   return result;

@@ -35,8 +35,9 @@ constexpr Duration kIdle = 10s;
 std::unique_ptr<HealthCheckedTier> healthy(std::unique_ptr<Tier> tier,
                                            Duration probe_initial = 1s) {
   return std::make_unique<HealthCheckedTier>(
-      std::move(tier), HealthOptions{.probe_initial = probe_initial, .probe_max = 8 * probe_initial,
-                                     .probe_timeout = 500ms});
+      std::move(tier),
+      HealthOptions{
+          .probe_initial = probe_initial, .probe_max = 8 * probe_initial, .probe_timeout = 500ms});
 }
 
 std::vector<std::byte> pattern(uint64_t seed) {
@@ -105,7 +106,8 @@ TEST(TierMover, WriteBehindPutsEveryStoredChunkToEveryTier) {
   testing::TempDir dir;
   FakeTier* fake = nullptr;
   std::vector<MoverTier> tiers;
-  tiers.push_back({healthy(std::move(DiskTier::open({.directory = dir.path()}).value())), kTimeout});
+  tiers.push_back(
+      {healthy(std::move(DiskTier::open({.directory = dir.path()}).value())), kTimeout});
   tiers.push_back(fake_tier(&fake));
   Tier& disk = *tiers[0].tier;
   Rig rig(8, std::move(tiers));
@@ -288,8 +290,9 @@ struct RedisRig {
     if (s) server = std::move(*s);
   }
   MoverTier tier(Duration probe_initial = 1s) {
-    auto t = RedisTier::open(
-        {.url = server->url(), .key_prefix = redis_key_prefix({.model = "m", .layout_fingerprint = 1})});
+    auto t =
+        RedisTier::open({.url = server->url(),
+                         .key_prefix = redis_key_prefix({.model = "m", .layout_fingerprint = 1})});
     redis = t->get();
     return MoverTier{healthy(std::move(*t), probe_initial), 500ms};
   }
@@ -306,7 +309,8 @@ TEST(TierMoverRedis, F3_CorruptChunkInRedisIsNeverPublished) {
   ASSERT_EQ(rig.mover->counters().chunks_demoted, 3u);
   // Flip one payload byte of chunk 1 in Redis, then make the host forget all three.
   const std::string offset = std::to_string(kChunkRecordHeaderBytes + 10);
-  ASSERT_TRUE(r.server->command({"SETRANGE", r.redis->redis_key(key(1)), offset, "\x7f"}, kTimeout));
+  ASSERT_TRUE(
+      r.server->command({"SETRANGE", r.redis->redis_key(key(1)), offset, "\x7f"}, kTimeout));
   rig.cache->reset();
   rig.cache->take_events();
   ASSERT_EQ(rig.mover->lower_hits(key_range(0, 3), 0), 3u);  // present (not yet verified)

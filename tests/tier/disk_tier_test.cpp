@@ -19,7 +19,9 @@ constexpr size_t kChunk = 4096;
 constexpr uint64_t kRecord = kChunkRecordHeaderBytes + kChunk;
 constexpr Duration kTimeout = 5s;
 
-ChunkKey key(uint64_t i) { return ChunkKey{.lo = i, .hi = 0xd15c}; }
+ChunkKey key(uint64_t i) {
+  return ChunkKey{.lo = i, .hi = 0xd15c};
+}
 
 std::unique_ptr<DiskTier> open_tier(const std::filesystem::path& dir, uint64_t capacity) {
   Result<std::unique_ptr<DiskTier>> tier =

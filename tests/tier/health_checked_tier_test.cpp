@@ -110,9 +110,9 @@ TEST(HealthCheckedTier, H7_MissesAndCorruptChunksAreAnswersNotFailures) {
 
 TEST(HealthCheckedTier, RejectsBadOptions) {
   EXPECT_THROW(HealthCheckedTier(nullptr, {}), std::invalid_argument);
-  EXPECT_THROW(HealthCheckedTier(std::make_unique<FakeTier>(),
-                                 {.probe_initial = 2s, .probe_max = 1s}),
-               std::invalid_argument);
+  EXPECT_THROW(
+      HealthCheckedTier(std::make_unique<FakeTier>(), {.probe_initial = 2s, .probe_max = 1s}),
+      std::invalid_argument);
   EXPECT_THROW(HealthCheckedTier(std::make_unique<FakeTier>(), {.probe_initial = 0s}),
                std::invalid_argument);
 }

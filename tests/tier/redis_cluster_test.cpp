@@ -36,8 +36,9 @@ class RedisClusterTest : public ::testing::Test {
   void SetUp() override {
     if (cluster_ == nullptr) GTEST_SKIP() << "Redis Cluster did not start: " << *skip_reason_;
     for (auto& node : cluster_->nodes()) ASSERT_TRUE(node->command({"FLUSHALL"}, kTimeout));
-    auto tier = RedisTier::open({.url = cluster_->url(),
-                                 .key_prefix = redis_key_prefix({.model = "m", .layout_fingerprint = 1})});
+    auto tier =
+        RedisTier::open({.url = cluster_->url(),
+                         .key_prefix = redis_key_prefix({.model = "m", .layout_fingerprint = 1})});
     ASSERT_TRUE(tier);
     tier_ = std::move(*tier);
   }
@@ -104,9 +105,9 @@ TEST_F(RedisClusterTest, FollowsMovedAfterASlotChangesOwner) {
   RedisServerProcess& to = other_than(from);
   // The cluster specification's slot migration, by hand.
   start_migration(slot, from, to);
-  ASSERT_TRUE(from.command({"MIGRATE", "127.0.0.1", std::to_string(to.port()), "", "0", "5000",
-                            "KEYS", name},
-                           kTimeout));
+  ASSERT_TRUE(from.command(
+      {"MIGRATE", "127.0.0.1", std::to_string(to.port()), "", "0", "5000", "KEYS", name},
+      kTimeout));
   finish_migration(slot, to);
   // The tier still routes the slot to `from`, which answers MOVED.
   GetOutcome g = get_range(*tier_, 0, 1, kTimeout);

@@ -12,7 +12,9 @@ namespace kvtier::tier_test {
 
 inline constexpr size_t kChunk = 16 << 10;
 
-inline ChunkKey key(uint64_t i) { return ChunkKey{.lo = i * 0x9e3779b97f4a7c15ULL, .hi = i}; }
+inline ChunkKey key(uint64_t i) {
+  return ChunkKey{.lo = i * 0x9e3779b97f4a7c15ULL, .hi = i};
+}
 
 inline std::vector<ChunkKey> keys(uint64_t first, uint64_t count) {
   std::vector<ChunkKey> out;
@@ -57,6 +59,8 @@ inline GetOutcome get_range(Tier& tier, uint64_t first, uint64_t count, Duration
   return g;
 }
 
-inline std::vector<ChunkStatus> all(ChunkStatus s, size_t n) { return std::vector(n, s); }
+inline std::vector<ChunkStatus> all(ChunkStatus s, size_t n) {
+  return std::vector(n, s);
+}
 
 }  // namespace kvtier::tier_test

@@ -84,7 +84,8 @@ TEST_F(RedisTierTest, KeysAreNamespacedByModelAndLayout) {
   EXPECT_EQ(redis_key_prefix(kNamespace), "kvtier:tiny-llama@1:000000001234abcd:");
   EXPECT_EQ(server_->command({"EXISTS", tier->redis_key(key(0))}, kTimeout).value(), "1");
   auto other_layout = open_tier(server_->url(), {.model = "tiny-llama@1", .layout_fingerprint = 7});
-  auto other_model = open_tier(server_->url(), {.model = "other", .layout_fingerprint = 0x1234abcd});
+  auto other_model =
+      open_tier(server_->url(), {.model = "other", .layout_fingerprint = 0x1234abcd});
   EXPECT_EQ(*other_layout->contains(keys(0, 3), kTimeout), std::vector<bool>(3, false));
   EXPECT_EQ(*get_range(*other_model, 0, 3, kTimeout).statuses, all(ChunkStatus::kMiss, 3));
   // A model name never becomes a cluster hash tag.
@@ -104,7 +105,8 @@ TEST_F(RedisTierTest, FlippedOrTruncatedValueIsAMissNeverServed) {
   ASSERT_TRUE(server_->command({"SETRANGE", k0, offset, flipped}, kTimeout));
   ASSERT_TRUE(server_->command({"SET", tier->redis_key(key(1)), "short"}, kTimeout));
   ASSERT_TRUE(put_range(*tier, 3, 1, kTimeout));  // key 3 intact, copied over key 2 below
-  const std::string k3_record = server_->command({"GET", tier->redis_key(key(3))}, kTimeout).value();
+  const std::string k3_record =
+      server_->command({"GET", tier->redis_key(key(3))}, kTimeout).value();
   ASSERT_TRUE(server_->command({"SET", tier->redis_key(key(2)), k3_record}, kTimeout));
 
   GetOutcome g = get_range(*tier, 0, 4, kTimeout);
@@ -174,7 +176,8 @@ TEST(RedisTier, TimeoutBoundsACallToAHungServer) {
   const auto took = std::chrono::steady_clock::now() - t0;
   (*server)->resume();
   ASSERT_FALSE(g.statuses);
-  EXPECT_EQ(g.statuses.error().code, ErrorCode::kDeadlineExceeded) << g.statuses.error().to_string();
+  EXPECT_EQ(g.statuses.error().code, ErrorCode::kDeadlineExceeded)
+      << g.statuses.error().to_string();
   EXPECT_LT(took, 5s);  // returned: the call did not hang on the stopped server
   // The broken connection was dropped; a fresh one works.
   EXPECT_EQ(*get_range(*tier, 0, 1, kTimeout).statuses, all(ChunkStatus::kOk, 1));
@@ -185,9 +188,9 @@ TEST(RedisTier, H7_KilledServerGoesDownAndRecoversAfterRestart) {
   auto server = RedisServerProcess::start({.directory = dir.path()}, kReady);
   ASSERT_TRUE(server) << server.error().to_string();
   ManualClock clock;
-  HealthCheckedTier tier(open_tier((*server)->url()),
-                         {.probe_initial = 1s, .probe_max = 8s, .probe_timeout = 500ms,
-                          .clock = &clock});
+  HealthCheckedTier tier(
+      open_tier((*server)->url()),
+      {.probe_initial = 1s, .probe_max = 8s, .probe_timeout = 500ms, .clock = &clock});
   ASSERT_EQ(*put_range(tier, 0, 4, kTimeout), all(ChunkStatus::kOk, 4));
 
   (*server)->kill();

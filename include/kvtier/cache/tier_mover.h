@@ -74,15 +74,15 @@ struct TierMoverOptions {
 TierMoverOptions tier_mover_options(const TiersConfig& config);
 
 struct TierMoverCounters {
-  uint64_t writes_enqueued = 0;   // chunks copied into the write queue
-  uint64_t writes_dropped = 0;    // chunks not enqueued: the queue was full
-  uint64_t writes_missed = 0;     // stored keys no longer ready when their event arrived
-  uint64_t chunks_demoted = 0;    // chunks at least one tier stored
-  uint64_t demote_failures = 0;   // chunks no tier stored (every tier down or failing)
-  uint64_t prefetch_rejected = 0; // prefetch calls that found no room in the host pool
-  uint64_t prefetch_keys = 0;     // keys prefetch reserved
+  uint64_t writes_enqueued = 0;    // chunks copied into the write queue
+  uint64_t writes_dropped = 0;     // chunks not enqueued: the queue was full
+  uint64_t writes_missed = 0;      // stored keys no longer ready when their event arrived
+  uint64_t chunks_demoted = 0;     // chunks at least one tier stored
+  uint64_t demote_failures = 0;    // chunks no tier stored (every tier down or failing)
+  uint64_t prefetch_rejected = 0;  // prefetch calls that found no room in the host pool
+  uint64_t prefetch_keys = 0;      // keys prefetch reserved
   uint64_t prefetch_succeeded = 0;
-  uint64_t prefetch_failed = 0;   // keys freed unpublished (F3)
+  uint64_t prefetch_failed = 0;  // keys freed unpublished (F3)
 };
 
 class TierMover {

@@ -35,7 +35,7 @@ class IoPool;
 }
 
 struct DiskTierOptions {
-  std::filesystem::path directory;  // created if absent
+  std::filesystem::path directory;               // created if absent
   uint64_t capacity_bytes = uint64_t{10} << 30;  // file bytes (records) kept at most
   uint32_t io_threads = 4;
 };
@@ -50,9 +50,9 @@ class DiskTier final : public Tier {
 
   std::string name() const override { return "disk"; }
 
-  uint64_t bytes_used() const;     // record bytes the index holds
+  uint64_t bytes_used() const;  // record bytes the index holds
   size_t chunk_count() const;
-  uint64_t evictions() const;      // files deleted to make room
+  uint64_t evictions() const;                                // files deleted to make room
   std::filesystem::path path_of(const ChunkKey& key) const;  // where key's record lives
 
  protected:

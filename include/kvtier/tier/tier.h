@@ -43,14 +43,14 @@ enum class ChunkStatus : uint8_t {
 std::string_view to_string(ChunkStatus status);
 
 struct TierCounters {
-  uint64_t hits = 0;           // keys get() returned kOk
-  uint64_t misses = 0;         // keys get() returned kMiss (kCorrupt not included)
-  uint64_t corrupt = 0;        // keys get() returned kCorrupt
-  uint64_t errors = 0;         // keys that returned kError, plus calls that failed whole
-  uint64_t chunks_written = 0; // keys put() returned kOk
-  uint64_t bytes_read = 0;     // payload bytes of hits
-  uint64_t bytes_written = 0;  // payload bytes of chunks_written
-  uint64_t skipped_calls = 0;  // calls not made because the tier was DOWN (health wrapper only)
+  uint64_t hits = 0;            // keys get() returned kOk
+  uint64_t misses = 0;          // keys get() returned kMiss (kCorrupt not included)
+  uint64_t corrupt = 0;         // keys get() returned kCorrupt
+  uint64_t errors = 0;          // keys that returned kError, plus calls that failed whole
+  uint64_t chunks_written = 0;  // keys put() returned kOk
+  uint64_t bytes_read = 0;      // payload bytes of hits
+  uint64_t bytes_written = 0;   // payload bytes of chunks_written
+  uint64_t skipped_calls = 0;   // calls not made because the tier was DOWN (health wrapper only)
 };
 
 class Tier {
@@ -69,8 +69,7 @@ class Tier {
   // Reads keys[i] into dst[i], whose size must equal the stored chunk's size (a record of
   // another size is kCorrupt). dst is written only during the call.
   Result<std::vector<ChunkStatus>> get(std::span<const ChunkKey> keys,
-                                       std::span<const std::span<std::byte>> dst,
-                                       Duration timeout);
+                                       std::span<const std::span<std::byte>> dst, Duration timeout);
 
   // Whether the tier holds each key (without verifying its record: a later get may still find
   // it corrupt).

@@ -66,7 +66,9 @@ struct Fd {
   }
 };
 
-TimePoint deadline_after(Duration timeout) { return SteadyClock::instance().now() + timeout; }
+TimePoint deadline_after(Duration timeout) {
+  return SteadyClock::instance().now() + timeout;
+}
 
 }  // namespace
 
@@ -86,8 +88,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options)
   std::error_code ec;
   fs::create_directories(options.directory, ec);  // the 2-digit folders come with their first file
   if (ec) {
-    return make_error(ErrorCode::kUnavailable, "disk tier: cannot create " +
-                                                   options.directory.string() + ": " + ec.message());
+    return make_error(
+        ErrorCode::kUnavailable,
+        "disk tier: cannot create " + options.directory.string() + ": " + ec.message());
   }
   std::unique_ptr<DiskTier> tier(new DiskTier(options));
   if (Status ok = tier->rebuild_index(); !ok) return std::unexpected(ok.error());
@@ -124,8 +127,9 @@ Status DiskTier::rebuild_index() {
     ec.clear();
   }
   if (ec) {
-    return make_error(ErrorCode::kUnavailable, "disk tier: cannot read " +
-                                                   options_.directory.string() + ": " + ec.message());
+    return make_error(
+        ErrorCode::kUnavailable,
+        "disk tier: cannot read " + options_.directory.string() + ": " + ec.message());
   }
   std::ranges::sort(found, {}, &Found::mtime);
   std::lock_guard lock(mutex_);
@@ -217,7 +221,7 @@ ChunkStatus DiskTier::read_one(const ChunkKey& key, std::span<std::byte> dst) {
     return ChunkStatus::kMiss;
   }
   std::array<std::byte, kChunkRecordHeaderBytes> header;
-  struct stat st{};
+  struct stat st {};
   bool whole = ::fstat(in.fd, &st) == 0 &&
                static_cast<uint64_t>(st.st_size) == kChunkRecordHeaderBytes + dst.size() &&
                pread_all(in.fd, header.data(), header.size(), 0) &&
@@ -236,11 +240,10 @@ Result<std::vector<ChunkStatus>> run_batch(tier_internal::IoPool& io, size_t n,
                                            const std::function<ChunkStatus(size_t)>& one_key,
                                            Duration timeout, std::string_view op) {
   std::vector<ChunkStatus> statuses(n, ChunkStatus::kError);
-  const std::vector<bool> ran =
-      io.run(n, [&](size_t i) { statuses[i] = one_key(i); }, deadline_after(timeout));
+  const std::vector<bool> ran = io.run(
+      n, [&](size_t i) { statuses[i] = one_key(i); }, deadline_after(timeout));
   if (std::ranges::find(ran, false) != ran.end()) {
-    return make_error(ErrorCode::kDeadlineExceeded,
-                      "disk tier: " + std::string(op) + " timed out");
+    return make_error(ErrorCode::kDeadlineExceeded, "disk tier: " + std::string(op) + " timed out");
   }
   return statuses;
 }

@@ -10,8 +10,8 @@ namespace {
 
 // At least 1 ms: a zero timeval means "no timeout" to hiredis.
 timeval remaining(TimePoint deadline) {
-  const auto left = std::max<Duration>(deadline - SteadyClock::instance().now(),
-                                       std::chrono::milliseconds(1));
+  const auto left =
+      std::max<Duration>(deadline - SteadyClock::instance().now(), std::chrono::milliseconds(1));
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(left).count();
   return timeval{.tv_sec = static_cast<time_t>(us / 1'000'000),
                  .tv_usec = static_cast<suseconds_t>(us % 1'000'000)};
@@ -69,7 +69,9 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::open(const RedisEndpoi
   return std::unique_ptr<RedisConnection>(new RedisConnection(context, endpoint));
 }
 
-RedisConnection::~RedisConnection() { redisFree(context_); }
+RedisConnection::~RedisConnection() {
+  redisFree(context_);
+}
 
 void RedisConnection::append(const std::vector<std::string_view>& args) {
   std::vector<const char*> argv;

@@ -8,8 +8,12 @@
 namespace kvtier::tier_internal {
 namespace {
 
-bool is_error(const redisReply* r) { return r->type == REDIS_REPLY_ERROR; }
-std::string_view text_of(const redisReply* r) { return {r->str, r->len}; }
+bool is_error(const redisReply* r) {
+  return r->type == REDIS_REPLY_ERROR;
+}
+std::string_view text_of(const redisReply* r) {
+  return {r->str, r->len};
+}
 
 // "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381"
 struct Redirect {
@@ -56,7 +60,8 @@ Result<bool> RedisRouter::load_topology(const RedisEndpoint& node, TimePoint dea
   Result<RedisReplyPtr> reply = run_one(node, {.key = "", .args = {"CLUSTER", "SLOTS"}}, deadline);
   if (!reply) return std::unexpected(reply.error());
   const redisReply* r = reply->get();
-  if (r == nullptr || is_error(r)) return false;  // "ERR This instance has cluster support disabled"
+  if (r == nullptr || is_error(r))
+    return false;  // "ERR This instance has cluster support disabled"
   if (r->type != REDIS_REPLY_ARRAY) {
     return make_error(ErrorCode::kInternal, "redis: unexpected CLUSTER SLOTS reply");
   }
@@ -118,8 +123,8 @@ Result<RedisReplyPtr> RedisRouter::run_one(const RedisEndpoint& node, const Redi
   std::vector<std::optional<RedisEndpoint>> ask(1);
   std::vector<size_t> again;
   bool moved = false;
-  if (Status ok = run_on_node(node, std::span(&command, 1), {0}, replies, ask, again, moved,
-                              deadline);
+  if (Status ok =
+          run_on_node(node, std::span(&command, 1), {0}, replies, ask, again, moved, deadline);
       !ok) {
     return std::unexpected(ok.error());
   }

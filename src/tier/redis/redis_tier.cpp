@@ -12,7 +12,9 @@ namespace {
 using tier_internal::RedisCommand;
 using tier_internal::RedisReplyPtr;
 
-TimePoint deadline_after(Duration timeout) { return SteadyClock::instance().now() + timeout; }
+TimePoint deadline_after(Duration timeout) {
+  return SteadyClock::instance().now() + timeout;
+}
 
 std::string_view as_text(std::span<const std::byte> bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
@@ -62,7 +64,9 @@ Result<std::unique_ptr<RedisTier>> RedisTier::open(const RedisTierOptions& optio
       options, std::make_unique<tier_internal::RedisRouter>(*seed, options.pool_size)));
 }
 
-bool RedisTier::cluster_mode() const { return router_->cluster_mode(); }
+bool RedisTier::cluster_mode() const {
+  return router_->cluster_mode();
+}
 
 Result<std::vector<ChunkStatus>> RedisTier::do_put(
     std::span<const ChunkKey> keys, std::span<const std::span<const std::byte>> chunks,
@@ -120,9 +124,9 @@ Result<std::vector<ChunkStatus>> RedisTier::do_get(std::span<const ChunkKey> key
   return statuses;
 }
 
-Result<std::vector<bool>> RedisTier::do_contains(std::span<const ChunkKey> keys,
-                                                 Duration timeout) {
-  Result<std::vector<RedisReplyPtr>> replies = run_per_key(*router_, *this, "EXISTS", keys, timeout);
+Result<std::vector<bool>> RedisTier::do_contains(std::span<const ChunkKey> keys, Duration timeout) {
+  Result<std::vector<RedisReplyPtr>> replies =
+      run_per_key(*router_, *this, "EXISTS", keys, timeout);
   if (!replies) return std::unexpected(replies.error());
   std::vector<bool> present;
   for (const RedisReplyPtr& r : *replies) {
@@ -131,6 +135,8 @@ Result<std::vector<bool>> RedisTier::do_contains(std::span<const ChunkKey> keys,
   return present;
 }
 
-Status RedisTier::do_ping(Duration timeout) { return router_->ping_all(deadline_after(timeout)); }
+Status RedisTier::do_ping(Duration timeout) {
+  return router_->ping_all(deadline_after(timeout));
+}
 
 }  // namespace kvtier
