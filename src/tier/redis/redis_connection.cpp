@@ -73,15 +73,21 @@ RedisConnection::~RedisConnection() {
   redisFree(context_);
 }
 
-void RedisConnection::append(const std::vector<std::string_view>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lengths;
-  for (std::string_view a : args) {
-    argv.push_back(a.data());
-    lengths.push_back(a.size());
+void RedisConnection::append(const std::vector<std::string_view>& args, std::string_view tail) {
+  // RESP: *<argc>\r\n then $<len>\r\n<bytes>\r\n per argument.
+  size_t bytes = 16 + tail.size();
+  for (std::string_view a : args) bytes += a.size() + 24;
+  std::string command;
+  command.reserve(bytes);
+  command += "*" + std::to_string(args.size()) + "\r\n";
+  for (size_t i = 0; i < args.size(); ++i) {
+    const bool last = i + 1 == args.size();
+    command += "$" + std::to_string(args[i].size() + (last ? tail.size() : 0)) + "\r\n";
+    command += args[i];
+    if (last) command += tail;
+    command += "\r\n";
   }
-  if (redisAppendCommandArgv(context_, static_cast<int>(argv.size()), argv.data(),
-                             lengths.data()) != REDIS_OK) {
+  if (redisAppendFormattedCommand(context_, command.data(), command.size()) != REDIS_OK) {
     broken_ = true;
   }
 }

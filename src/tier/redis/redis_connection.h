@@ -45,8 +45,10 @@ class RedisConnection {
                                                        TimePoint deadline);
   ~RedisConnection();
 
-  // Queues one command (arguments are binary-safe) without sending it.
-  void append(const std::vector<std::string_view>& args);
+  // Queues one command (arguments are binary-safe) without sending it. `tail` is sent right
+  // after the last argument, as part of it: a record's payload after its header, so that the
+  // two are never joined in memory first.
+  void append(const std::vector<std::string_view>& args, std::string_view tail = {});
   // Sends what is queued (first call) and reads the next reply. Sets the socket timeout to
   // what is left until `deadline`. An error here breaks the connection (broken() is true).
   Result<RedisReplyPtr> read_reply(TimePoint deadline);

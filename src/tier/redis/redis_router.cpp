@@ -142,7 +142,7 @@ Status RedisRouter::run_on_node(const RedisEndpoint& node, std::span<const Redis
   RedisConnection& c = **connection;
   for (size_t i : which) {
     if (ask[i]) c.append({"ASKING"});
-    c.append(commands[i].args);
+    c.append(commands[i].args, commands[i].tail);
   }
   Status status;
   // Every queued reply is read, or the connection is broken and closed, so that no reply of

@@ -27,6 +27,7 @@ namespace kvtier::tier_internal {
 struct RedisCommand {
   std::string_view key;                // routes the command
   std::vector<std::string_view> args;  // the whole command, key included; not owned
+  std::string_view tail = {};          // sent as the end of the last argument; not owned
 };
 
 class RedisRouter {

@@ -1,5 +1,6 @@
 #include "kvtier/tier/redis_tier.h"
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 
@@ -72,16 +73,18 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
     std::span<const ChunkKey> keys, std::span<const std::span<const std::byte>> chunks,
     Duration timeout) {
   std::vector<std::string> names;
-  std::vector<std::vector<std::byte>> records;
+  std::vector<std::array<std::byte, kChunkRecordHeaderBytes>> headers(keys.size());
   std::vector<RedisCommand> commands;
   names.reserve(keys.size());
-  records.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     names.push_back(redis_key(keys[i]));
-    records.push_back(encode_chunk_record(keys[i], chunks[i]));
+    encode_chunk_header(keys[i], chunks[i], headers[i]);
   }
   for (size_t i = 0; i < keys.size(); ++i) {
-    commands.push_back({.key = names[i], .args = {"SET", names[i], as_text(records[i])}});
+    // The value is the record: header, then the payload straight from the caller's buffer.
+    commands.push_back({.key = names[i],
+                        .args = {"SET", names[i], as_text(headers[i])},
+                        .tail = as_text(chunks[i])});
   }
   Result<std::vector<RedisReplyPtr>> replies = router_->execute(commands, deadline_after(timeout));
   if (!replies) return std::unexpected(replies.error());
