@@ -1,17 +1,43 @@
 #include "io_pool.h"
 
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace kvtier::tier_internal {
 
 struct IoPool::Batch {
-  const std::function<void(size_t)>* task;  // valid until the batch is cancelled or done
+  const std::function<void(size_t)>* task;  // called only for claimed tasks, while run() waits
+  size_t n = 0;
   std::mutex mutex;
   std::condition_variable cv;
-  bool cancelled = false;
+  size_t claimed = 0;
   size_t running = 0;
-  size_t finished = 0;  // ran or skipped
+  TimePoint deadline;
+  bool cancelled = false;  // the deadline passed: nothing more is claimed
   std::vector<bool> ran;
+
+  // The next task to run, or nullopt when none is left or the deadline passed.
+  std::optional<size_t> claim() {
+    std::lock_guard lock(mutex);
+    if (!cancelled && SteadyClock::instance().now() >= deadline) cancelled = true;
+    if (cancelled || claimed == n) return std::nullopt;
+    ++running;
+    return claimed++;
+  }
+  void execute(size_t i) {
+    (*task)(i);
+    {
+      std::lock_guard lock(mutex);
+      ran[i] = true;
+      --running;
+    }
+    cv.notify_all();
+  }
+  bool exhausted() {
+    std::lock_guard lock(mutex);
+    return cancelled || claimed == n;
+  }
 };
 
 IoPool::IoPool(size_t threads) {
@@ -33,18 +59,24 @@ std::vector<bool> IoPool::run(size_t n, const std::function<void(size_t)>& task,
   if (n == 0) return {};
   auto batch = std::make_shared<Batch>();
   batch->task = &task;
+  batch->n = n;
+  batch->deadline = deadline;
   batch->ran.assign(n, false);
-  {
-    std::lock_guard lock(mutex_);
-    for (size_t i = 0; i < n; ++i) queue_.push_back(Job{batch, i});
+  if (n > 1) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(batch);
+    }
+    for (size_t i = 1; i < std::min(n, threads_.size() + 1); ++i) work_cv_.notify_one();
   }
-  work_cv_.notify_all();
+  // The caller works too: a batch of one key needs no hand-off.
+  while (std::optional<size_t> i = batch->claim()) batch->execute(*i);
   std::unique_lock lock(batch->mutex);
-  const auto all_done = [&] { return batch->finished == n; };
   const auto steady_deadline = std::chrono::steady_clock::time_point(
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(deadline.time_since_epoch()));
+  const auto all_done = [&] { return batch->claimed == n && batch->running == 0; };
   if (!batch->cv.wait_until(lock, steady_deadline, all_done)) {
-    // Jobs still queued see `cancelled` and skip; running ones are waited for.
+    // Unclaimed tasks never start; running ones are waited for.
     batch->cancelled = true;
     batch->cv.wait(lock, [&] { return batch->running == 0; });
   }
@@ -53,31 +85,17 @@ std::vector<bool> IoPool::run(size_t n, const std::function<void(size_t)>& task,
 
 void IoPool::worker() {
   for (;;) {
-    Job job;
+    std::shared_ptr<Batch> batch;
+    std::optional<size_t> i;
     {
       std::unique_lock lock(mutex_);
       work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      batch = queue_.front();
+      i = batch->claim();
+      if (!i || batch->exhausted()) queue_.pop_front();
     }
-    Batch& b = *job.batch;
-    {
-      std::lock_guard lock(b.mutex);
-      if (b.cancelled) {
-        ++b.finished;
-        continue;
-      }
-      ++b.running;
-    }
-    (*b.task)(job.index);
-    {
-      std::lock_guard lock(b.mutex);
-      b.ran[job.index] = true;
-      --b.running;
-      ++b.finished;
-    }
-    b.cv.notify_all();
+    if (i) batch->execute(*i);
   }
 }
 
