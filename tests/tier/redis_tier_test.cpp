@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "kvtier/tier/chunk_record.h"
@@ -142,6 +143,26 @@ TEST_F(RedisTierTest, PoolServesConcurrentCallersWithinItsSize) {
   const size_t at = info.find("connected_clients:");
   ASSERT_NE(at, std::string::npos);
   EXPECT_LE(std::stoi(info.substr(at + 18)), 3 + 1) << info;
+}
+
+TEST(RedisTier, ChunksRedisEvictsAreMissesNotErrors) {
+  testing::TempDir dir;
+  auto server = RedisServerProcess::start(
+      {.directory = dir.path(),
+       .extra_args = {"--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"}},
+      kReady);
+  ASSERT_TRUE(server) << server.error().to_string();
+  HealthCheckedTier tier(open_tier((*server)->url()), {});
+  for (uint64_t first = 0; first < 1024; first += 64) {  // 16 MiB through a 4 MiB server
+    ASSERT_EQ(*put_range(tier, first, 64, kTimeout), all(ChunkStatus::kOk, 64));
+  }
+  GetOutcome g = get_range(tier, 0, 1024, kTimeout);
+  ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
+  EXPECT_GT(std::ranges::count(*g.statuses, ChunkStatus::kMiss), 512);  // the oldest went
+  EXPECT_GT(std::ranges::count(*g.statuses, ChunkStatus::kOk), 0);      // the newest stayed
+  EXPECT_EQ(std::ranges::count(*g.statuses, ChunkStatus::kError), 0);
+  EXPECT_TRUE(g.ok_chunks_intact);
+  EXPECT_EQ(tier.state(), TierState::kUp);
 }
 
 TEST(RedisTier, UnreachableServerFailsTheCallNotTheOpen) {
