@@ -14,7 +14,8 @@
 // came from).
 //
 // Lookup. lower_hits(keys, from) counts the consecutive keys from `from` that some tier holds,
-// asking each tier only about keys the tiers above it lack; DOWN tiers are skipped (H7).
+// asking each tier only about keys the tiers above it lack; DOWN tiers are skipped (H7). It is
+// synchronous: it waits at most each UP tier's timeout (a tier that takes that long goes DOWN).
 //
 // Read-through (promotion). prefetch(keys) reserves host slots with prepare_store, so the keys
 // are pending in the CacheManager (a lookup says "ask again later"), and a background thread
