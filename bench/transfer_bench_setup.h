@@ -2,6 +2,8 @@
 // host slots for it, timing the transfer engine over them, and printing one row.
 #pragma once
 
+#include "bench_row.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -98,27 +100,6 @@ inline double time_engine(TransferEngine& engine, const Setup& s, Direction dir,
     std::this_thread::yield();
   }
   return seconds_since(t0);
-}
-
-// One row: a JSON Lines object, or `key=value` cells for people.
-inline void emit(std::ostream& out, bool json, const nlohmann::ordered_json& row) {
-  if (json) {
-    out << row.dump() << "\n";
-    return;
-  }
-  for (const auto& [k, v] : row.items()) {
-    if (k == "bench") continue;
-    std::ostringstream cell;
-    if (v.is_number_float()) {
-      cell << std::fixed << std::setprecision(v.get<double>() >= 1000 ? 0 : 2) << v.get<double>();
-    } else if (v.is_string()) {
-      cell << v.get<std::string>();
-    } else {
-      cell << v.dump();
-    }
-    out << k << "=" << std::left << std::setw(12) << cell.str() << " ";
-  }
-  out << "\n";
 }
 
 }  // namespace kvtier::bench

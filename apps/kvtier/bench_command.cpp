@@ -2,23 +2,30 @@
 
 #include "commands.h"
 #include "scheduler_bench.h"
+#include "tier_bench.h"
 #include "transfer_bench.h"
 
 namespace kvtier::cli {
 
 Action add_bench_command(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand("bench", "Run a benchmark; ratios are measured side by side");
+  CLI::App* bench =
+      app.add_subcommand("bench", "Run a benchmark; ratios are measured side by side");
   bench->require_subcommand(1);
+
   CLI::App* transfer = bench->add_subcommand(
       "transfer",
       "Transfer engine vs the copy limit: on the host device memcpy of the same descriptors, "
       "on a GPU (--device cuda) one contiguous cudaMemcpyAsync of the same bytes");
   auto options = std::make_shared<bench::TransferBenchOptions>();
   transfer->add_flag("--json", options->json, "Print JSON Lines instead of a table");
-  transfer->add_option("--total-mib", [options](const CLI::results_t& r) {
-                       options->total_bytes = std::stoul(r[0]) << 20;
-                       return true;
-                     }, "MiB moved per measurement (default 64)")
+  transfer
+      ->add_option(
+          "--total-mib",
+          [options](const CLI::results_t& r) {
+            options->total_bytes = std::stoul(r[0]) << 20;
+            return true;
+          },
+          "MiB moved per measurement (default 64)")
       ->check(CLI::Range(1, 4096));
   transfer->add_option("--device", options->device, "Device: host (default) or cuda")
       ->check(CLI::IsMember({"host", "cuda"}));
@@ -36,8 +43,34 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1000000));
   scheduler->add_option("--world-size", sched->world_size, "Ranks acknowledging each job (default 2)")
       ->check(CLI::Range(1, 64));
-  return [transfer, options, scheduler, sched](const Config& config) -> int {
+
+  CLI::App* tiers = bench->add_subcommand(
+      "tiers", "Disk and Redis tiers vs plain files and pipelined SET/GET of the same bytes");
+  auto tier_options = std::make_shared<bench::TierBenchOptions>();
+  tiers->add_flag("--json", tier_options->json, "Print JSON Lines instead of a table");
+  tiers
+      ->add_option(
+          "--total-mib",
+          [tier_options](const CLI::results_t& r) {
+            tier_options->total_bytes = std::stoul(r[0]) << 20;
+            return true;
+          },
+          "MiB moved per measurement (default 32)")
+      ->check(CLI::Range(1, 4096));
+  tiers
+      ->add_option("--repeat", tier_options->repeat, "Measurements per side; best kept (default 3)")
+      ->check(CLI::Range(1, 100));
+  tiers->add_option("--redis-url", tier_options->redis_url,
+                    "redis://host:port to measure; default: a redis-server started for the run");
+  tiers
+      ->add_option("--disk-dir", tier_options->disk_dir,
+                   "Folder for the disk measurements (default: the temporary directory)")
+      ->check(CLI::ExistingDirectory);
+  tiers->add_flag("--no-redis", tier_options->skip_redis, "Measure the disk tier only");
+
+  return [transfer, options, scheduler, sched, tiers, tier_options](const Config& config) -> int {
     if (scheduler->parsed()) return bench::run_scheduler_bench(*sched, std::cout);
+    if (tiers->parsed()) return bench::run_tier_bench(*tier_options, std::cout);
     if (!transfer->parsed()) return -1;
     options->max_batch_descriptors = config.transfer.max_batch_descriptors;
     if (options->device == "cuda") return bench::run_cuda_transfer_bench(*options, std::cout, std::cerr);

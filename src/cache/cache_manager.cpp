@@ -36,6 +36,12 @@ std::optional<SlotId> CacheManager::slot_of(const ChunkKey& key) const {
   return it->second.slot;
 }
 
+std::optional<SlotId> CacheManager::ready_slot(const ChunkKey& key) const {
+  auto it = index_.find(key);
+  if (it == index_.end() || it->second.state != KeyState::kReady) return std::nullopt;
+  return it->second.slot;
+}
+
 LookupResult CacheManager::lookup(std::span<const ChunkKey> keys) {
   LookupResult result;
   while (result.hit_chunks < keys.size()) {
@@ -83,6 +89,7 @@ std::optional<StorePlan> CacheManager::prepare_store(std::span<const ChunkKey> k
   }
   // Past this point nothing can fail: the plan is committed whole.
   for (const ChunkKey& key : plan.evicted) {
+    plan.evicted_slots.push_back(index_.at(key).slot);
     policy_->evict(key);
     drop_ready(key);
   }

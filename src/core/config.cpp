@@ -205,6 +205,11 @@ Status Config::validate() const {
       return invalid(field.key() + ": " + ok.error().message);
     }
   }
+  if (tiers.probe_max_s < tiers.probe_initial_s) {
+    return invalid("tiers.probe_max_s: must be at least tiers.probe_initial_s (" +
+                   std::to_string(tiers.probe_initial_s) + "), got " +
+                   std::to_string(tiers.probe_max_s));
+  }
   return kv_layout().validate();
 }
 

@@ -54,6 +54,7 @@ const std::vector<Field>& config_fields() {
     constexpr Section<TransferConfig> transfer{"transfer", &Config::transfer};
     constexpr Section<CacheConfig> cache{"cache", &Config::cache};
     constexpr Section<ConnectorConfig> connector{"connector", &Config::connector};
+    constexpr Section<TiersConfig> tiers{"tiers", &Config::tiers};
     constexpr Section<LayoutConfig> layout{"layout", &Config::layout};
     constexpr Section<ModelSection> model{"model", &Config::model};
     constexpr Section<EngineConfig> engine{"engine", &Config::engine};
@@ -97,6 +98,36 @@ const std::vector<Field>& config_fields() {
                         integer_in(1, kMaxU32),
                         "Lookups (by any request) that must have asked for a chunk before it is "
                         "stored; 1 stores every chunk a request computes."),
+        tiers.field("disk_path", &TiersConfig::disk_path, text(),
+                    "Directory of the L2 disk tier; empty for no disk tier. Chunks found there "
+                    "are used again after a restart."),
+        tiers.field("disk_bytes", &TiersConfig::disk_bytes, byte_size(),
+                    "Most bytes the disk tier keeps; least recently used chunks are deleted "
+                    "beyond it."),
+        tiers.field("disk_io_threads", &TiersConfig::disk_io_threads, integer_in(1, 256),
+                    "Threads that read and write the disk tier's files."),
+        tiers.field("disk_timeout_s", &TiersConfig::disk_timeout_s, positive_seconds(),
+                    "Timeout of each disk tier call; a call past it marks the tier down. (H7)"),
+        tiers.field("redis_url", &TiersConfig::redis_url, text(),
+                    "redis://host[:port] of the L3 Redis tier (one server, or any node of a "
+                    "Redis Cluster); empty for no Redis tier."),
+        tiers.field("redis_timeout_s", &TiersConfig::redis_timeout_s, positive_seconds(),
+                    "Timeout of each Redis call (connect, pooled-connection wait, every socket "
+                    "read and write); a call past it marks the tier down. (H7)"),
+        tiers.field("redis_pool_size", &TiersConfig::redis_pool_size, integer_in(1, 1024),
+                    "Connections per Redis node, at most."),
+        tiers.field("write_queue_chunks", &TiersConfig::write_queue_chunks, integer_in(1, 1 << 20),
+                    "Chunks waiting to be written to the tiers, at most. When the queue is full "
+                    "a write is dropped and counted; the engine never waits for a tier."),
+        tiers.field("write_policy", &TiersConfig::write_policy, one_of({"on_store", "on_evict"}),
+                    "Which chunks go down to the tiers: every chunk stored in the host pool, or "
+                    "only chunks evicted from it."),
+        tiers.field("probe_initial_s", &TiersConfig::probe_initial_s, positive_seconds(),
+                    "Wait before the first probe of a tier that went down; each failed probe "
+                    "doubles it. (H7)"),
+        tiers.field("probe_max_s", &TiersConfig::probe_max_s, positive_seconds(),
+                    "Longest wait between probes of a tier that is down; at least "
+                    "probe_initial_s. (H7)"),
         layout.field("device_layout", &LayoutConfig::device_layout, device_layout(),
                      "Shape of the KV tensors on the device: one tensor per layer, or one tensor "
                      "whose blocks hold every layer."),

@@ -83,6 +83,23 @@ TEST(CacheManager, EvictsLeastRecentReadyKeysToMakeRoom) {
   expect_conserved(*m);
 }
 
+TEST(CacheManager, PlanNamesTheSlotsEvictedKeysHeld) {
+  auto m = make_manager(2);
+  const StorePlan first = store(*m, keys({1, 2}));
+  ASSERT_EQ(m->ready_slot(key(1)), first.slots[0]);
+  ASSERT_EQ(m->ready_slot(key(2)), first.slots[1]);
+  std::optional<StorePlan> plan = m->prepare_store(keys({3}));
+  ASSERT_TRUE(plan);
+  ASSERT_EQ(plan->evicted, keys({1}));
+  EXPECT_EQ(plan->evicted_slots, std::vector<SlotId>{first.slots[0]});
+  EXPECT_EQ(plan->slots, std::vector<SlotId>{first.slots[0]});  // reused by the new key
+  EXPECT_EQ(m->ready_slot(key(1)), std::nullopt);               // evicted
+  EXPECT_EQ(m->ready_slot(key(3)), std::nullopt);               // pending, not ready
+  m->complete_store(plan->keys, Verdict::kSucceeded);
+  EXPECT_EQ(m->ready_slot(key(3)), first.slots[0]);
+  expect_conserved(*m);
+}
+
 TEST(CacheManager, PinnedSlotsAreNeverEvicted) {
   auto m = make_manager(3);
   store(*m, keys({1, 2, 3}));

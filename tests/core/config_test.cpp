@@ -69,6 +69,17 @@ Config NonDefault() {
                 .coalesce = false,
                 .query_fault_limit = 7};
   c.cache = {.host_bytes = 1'500'000'000, .eviction = "arc", .shm_name = "/kv tier \"x\" \\ null"};
+  c.tiers = {.disk_path = "/var/cache/kv tier",
+             .disk_bytes = 3'000'000'000,
+             .disk_io_threads = 9,
+             .disk_timeout_s = 0.75,
+             .redis_url = "redis://10.0.0.7:7000",
+             .redis_timeout_s = 0.25,
+             .redis_pool_size = 2,
+             .write_queue_chunks = 17,
+             .write_policy = "on_evict",
+             .probe_initial_s = 0.5,
+             .probe_max_s = 4};
   c.layout = {.device_layout = DeviceLayout::kCrossLayer,
               .layers = 32,
               .kv_heads = 8,
@@ -138,6 +149,18 @@ cache:
   host_bytes: 1.5GB
   eviction: arc
   shm_name: '/kv tier "x" \ null'
+tiers:
+  disk_path: /var/cache/kv tier
+  disk_bytes: 3GB
+  disk_io_threads: 9
+  disk_timeout_s: 0.75
+  redis_url: redis://10.0.0.7:7000
+  redis_timeout_s: 0.25
+  redis_pool_size: 2
+  write_queue_chunks: 17
+  write_policy: on_evict
+  probe_initial_s: 0.5
+  probe_max_s: 4
 layout:
   device_layout: cross_layer
   layers: 32
@@ -245,11 +268,11 @@ TEST(Config, UnknownFieldOrSectionIsAnError) {
   ExpectMentions(ErrorOf(parse_config_yaml("cache:\n  host_byte: 4GiB\n")),
                  {"unknown field 'cache.host_byte'", "<yaml>:2", "host_bytes, eviction, shm_name"});
   ExpectMentions(ErrorOf(parse_config_yaml("cach:\n  host_bytes: 4GiB\n")),
-                 {"unknown section 'cach'", "<yaml>:1", "transfer, cache, connector, layout, model, engine, faults"});
+                 {"unknown section 'cach'", "<yaml>:1", "transfer, cache, connector, tiers, layout, model, engine, faults"});
   ExpectMentions(ErrorOf(FromOverride("cache.host_byte=4GiB")),
                  {"unknown field 'cache.host_byte'", "--set", "host_bytes"});
   ExpectMentions(ErrorOf(FromOverride("cach.host_bytes=4GiB")),
-                 {"unknown field 'cach.host_bytes'", "transfer, cache, connector, layout, model, engine, faults"});
+                 {"unknown field 'cach.host_bytes'", "transfer, cache, connector, tiers, layout, model, engine, faults"});
   ExpectMentions(ErrorOf(FromOverride("host_bytes=4GiB")), {"unknown section 'host_bytes'"});
   ExpectMentions(ErrorOf(FromEnv("KVTIER_CACHE_HOST_BYTE", "4GiB")),
                  {"unknown environment variable KVTIER_CACHE_HOST_BYTE"});
@@ -271,6 +294,17 @@ TEST(Config, EveryFieldHasAnEnvironmentVariable) {
                                       {"KVTIER_CACHE_HOST_BYTES", "1500000000"},
                                       {"KVTIER_CACHE_EVICTION", "arc"},
                                       {"KVTIER_CACHE_SHM_NAME", NonDefault().cache.shm_name},
+                                      {"KVTIER_TIERS_DISK_PATH", "/var/cache/kv tier"},
+                                      {"KVTIER_TIERS_DISK_BYTES", "3GB"},
+                                      {"KVTIER_TIERS_DISK_IO_THREADS", "9"},
+                                      {"KVTIER_TIERS_DISK_TIMEOUT_S", "0.75"},
+                                      {"KVTIER_TIERS_REDIS_URL", "redis://10.0.0.7:7000"},
+                                      {"KVTIER_TIERS_REDIS_TIMEOUT_S", "0.25"},
+                                      {"KVTIER_TIERS_REDIS_POOL_SIZE", "2"},
+                                      {"KVTIER_TIERS_WRITE_QUEUE_CHUNKS", "17"},
+                                      {"KVTIER_TIERS_WRITE_POLICY", "on_evict"},
+                                      {"KVTIER_TIERS_PROBE_INITIAL_S", "0.5"},
+                                      {"KVTIER_TIERS_PROBE_MAX_S", "4"},
                                       {"KVTIER_LAYOUT_DEVICE_LAYOUT", "cross_layer"},
                                       {"KVTIER_LAYOUT_LAYERS", "32"},
                                       {"KVTIER_LAYOUT_KV_HEADS", "8"},
@@ -382,6 +416,23 @@ TEST(Config, LayoutFieldsMustBePositive) {
     ExpectMentions(ErrorOf(FromOverride(std::string("layout.") + field + "=0")),
                    {std::string("layout.") + field + ": must be an integer in [1, "});
   }
+}
+
+TEST(Config, TiersAreOffByDefault) {
+  const Config c;
+  EXPECT_TRUE(c.tiers.disk_path.empty());
+  EXPECT_TRUE(c.tiers.redis_url.empty());
+  EXPECT_EQ(c.tiers.write_policy, "on_store");
+  ExpectMentions(ErrorOf(FromOverride("tiers.write_policy=always")),
+                 {"tiers.write_policy", "'always'"});
+  ExpectMentions(ErrorOf(FromOverride("tiers.redis_timeout_s=0")), {"tiers.redis_timeout_s"});
+}
+
+TEST(Config, ProbeMaxIsAtLeastProbeInitial) {
+  Result<Config> c = load_config({.overrides = {"tiers.probe_initial_s=5", "tiers.probe_max_s=2"}});
+  ASSERT_FALSE(c);
+  ExpectMentions(c.error().message, {"tiers.probe_max_s", "tiers.probe_initial_s"});
+  EXPECT_TRUE(load_config({.overrides = {"tiers.probe_initial_s=5", "tiers.probe_max_s=5"}}));
 }
 
 TEST(Config, ValidateChecksConfigsBuiltInCode) {

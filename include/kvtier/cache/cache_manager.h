@@ -52,10 +52,13 @@ struct LookupResult {
 
 // The slots one store may write. keys[i] is written to slots[i]; only keys that were absent are
 // listed (keys already pending or ready need no write). `evicted` left the cache to make room.
+// evicted_slots[i] is the slot evicted[i] held: it is one of `slots`, so its old bytes stay
+// intact only until the caller writes the plan's slots (a tier mover copies them down first).
 struct StorePlan {
   std::vector<ChunkKey> keys;
   std::vector<SlotId> slots;
   std::vector<ChunkKey> evicted;
+  std::vector<SlotId> evicted_slots;
 };
 
 class CacheManager {
@@ -74,6 +77,9 @@ class CacheManager {
   LookupState state(const ChunkKey& key) const;
   // The slot of a pending or ready key; nullopt when absent. For checks and diagnostics.
   std::optional<SlotId> slot_of(const ChunkKey& key) const;
+  // The slot of a ready key (its bytes are readable until the key is evicted or reset);
+  // nullopt for a key that is not ready.
+  std::optional<SlotId> ready_slot(const ChunkKey& key) const;
 
   // Counts the leading ready keys. A pending key is never a hit. Does not change recency; the
   // caller touches the keys it uses.

@@ -97,6 +97,23 @@ struct FaultsConfig {
   bool operator==(const FaultsConfig&) const = default;
 };
 
+// Tiers below the host pool (docs/tiers.md). Each is off until its location is set.
+struct TiersConfig {
+  std::string disk_path;  // empty: no disk tier
+  uint64_t disk_bytes = uint64_t{10} << 30;
+  uint32_t disk_io_threads = 4;
+  double disk_timeout_s = 5.0;
+  std::string redis_url;  // empty: no Redis tier
+  double redis_timeout_s = 0.5;
+  uint32_t redis_pool_size = 4;
+  uint32_t write_queue_chunks = 256;
+  std::string write_policy = "on_store";  // "on_store" | "on_evict"
+  double probe_initial_s = 1.0;           // H7
+  double probe_max_s = 30.0;              // H7
+
+  bool operator==(const TiersConfig&) const = default;
+};
+
 // The single KV-cache group the foundation uses.
 struct LayoutConfig {
   DeviceLayout device_layout = DeviceLayout::kPerLayer;
@@ -114,6 +131,7 @@ struct Config {
   TransferConfig transfer;
   CacheConfig cache;
   ConnectorConfig connector;
+  TiersConfig tiers;
   LayoutConfig layout;
   ModelSection model;
   EngineConfig engine;

@@ -1,0 +1,77 @@
+// RedisServerProcess / RedisClusterProcess: real redis-server processes on free loopback ports,
+// each in its own directory, killed when the object goes away. Used by the tier tests and by
+// `kvtier bench tiers` when no --redis-url is given.
+//
+// Readiness is polled (PING, then cluster_state:ok for a cluster) until a bounded deadline;
+// start() fails with a message naming the log file when it is not reached.
+// Thread-safety: none; one thread drives each object.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvtier/core/clock.h"
+#include "kvtier/core/status.h"
+
+namespace kvtier::bench {
+
+class RedisServerProcess {
+ public:
+  struct Options {
+    std::filesystem::path directory;      // created; holds the log (and cluster state)
+    int port = 0;                         // 0: a free loopback port (and port + 10000 free)
+    std::vector<std::string> extra_args;  // e.g. {"--cluster-enabled", "yes"}
+  };
+
+  // kUnavailable when redis-server is not installed, does not start, or does not answer PING
+  // within ready_timeout.
+  static Result<std::unique_ptr<RedisServerProcess>> start(Options options, Duration ready_timeout);
+  ~RedisServerProcess();  // kills the server
+
+  RedisServerProcess(const RedisServerProcess&) = delete;
+  RedisServerProcess& operator=(const RedisServerProcess&) = delete;
+
+  int port() const { return options_.port; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(options_.port); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(options_.port); }
+  bool running() const { return pid_ > 0; }
+
+  // SIGKILL and reap: the server is gone at once, as in a crash.
+  void kill();
+  // SIGSTOP / SIGCONT: a server that accepts connections but never answers (a hung node).
+  void pause();
+  void resume();
+  // Starts the server again on the same port with the same arguments.
+  Status restart(Duration ready_timeout);
+  // One command, its reply as text (strings, status, integers as decimal, errors as
+  // "ERR ..." in the error).
+  Result<std::string> command(const std::vector<std::string>& args, Duration timeout) const;
+
+ private:
+  explicit RedisServerProcess(Options options) : options_(std::move(options)) {}
+  Status spawn(Duration ready_timeout);
+
+  Options options_;
+  pid_t pid_ = -1;
+};
+
+// Three masters, no replicas, all 16384 slots assigned (redis-cli --cluster create).
+class RedisClusterProcess {
+ public:
+  static Result<std::unique_ptr<RedisClusterProcess>> start(const std::filesystem::path& directory,
+                                                            Duration ready_timeout);
+  std::string url() const { return nodes_.front()->url(); }
+  std::vector<std::unique_ptr<RedisServerProcess>>& nodes() { return nodes_; }
+
+ private:
+  std::vector<std::unique_ptr<RedisServerProcess>> nodes_;
+};
+
+// A loopback TCP port that nothing listens on now (nor on port + 10000, the cluster bus).
+int free_loopback_port();
+
+}  // namespace kvtier::bench

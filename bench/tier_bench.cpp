@@ -1,0 +1,295 @@
+#include "tier_bench.h"
+
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <random>
+
+#include "bench_row.h"
+#include "kvtier/tier/disk_tier.h"
+#include "kvtier/tier/redis_tier.h"
+#include "redis_process.h"
+
+namespace kvtier::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr Duration kCallTimeout = std::chrono::seconds(30);
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Workload {
+  size_t chunk_bytes;
+  std::vector<ChunkKey> keys;
+  std::vector<std::vector<std::byte>> chunks;
+  std::vector<std::vector<std::byte>> back;  // get destinations
+
+  Workload(size_t chunk_bytes, size_t count, uint64_t salt) : chunk_bytes(chunk_bytes) {
+    std::mt19937_64 rng(salt);
+    for (size_t i = 0; i < count; ++i) {
+      keys.push_back(ChunkKey{.lo = rng(), .hi = salt});
+      std::vector<std::byte> c(chunk_bytes);
+      for (size_t j = 0; j < chunk_bytes; j += 8) {
+        const uint64_t v = rng();
+        std::memcpy(c.data() + j, &v, std::min<size_t>(8, chunk_bytes - j));
+      }
+      chunks.push_back(std::move(c));
+      back.emplace_back(chunk_bytes);
+    }
+  }
+  double bytes() const { return double(chunk_bytes) * keys.size(); }
+};
+
+// Runs f(first, count) over the workload in batches; throws on failure.
+template <class F>
+double timed_batches(const Workload& w, size_t batch, F f) {
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < w.keys.size(); i += batch) f(i, std::min(batch, w.keys.size() - i));
+  return seconds_since(t0);
+}
+
+void require_ok(const Result<std::vector<ChunkStatus>>& r, const char* what) {
+  if (!r) throw std::runtime_error(std::string(what) + ": " + r.error().to_string());
+  for (ChunkStatus s : *r) {
+    if (s != ChunkStatus::kOk) {
+      throw std::runtime_error(std::string(what) + ": a chunk came back " +
+                               std::string(to_string(s)));
+    }
+  }
+}
+
+double tier_put(Tier& tier, const Workload& w, size_t batch) {
+  return timed_batches(w, batch, [&](size_t first, size_t n) {
+    std::vector<std::span<const std::byte>> spans(w.chunks.begin() + first,
+                                                  w.chunks.begin() + first + n);
+    require_ok(tier.put(std::span(w.keys).subspan(first, n), spans, kCallTimeout), "tier put");
+  });
+}
+
+double tier_get(Tier& tier, Workload& w, size_t batch) {
+  return timed_batches(w, batch, [&](size_t first, size_t n) {
+    std::vector<std::span<std::byte>> spans(w.back.begin() + first, w.back.begin() + first + n);
+    require_ok(tier.get(std::span(w.keys).subspan(first, n), spans, kCallTimeout), "tier get");
+  });
+}
+
+// ---- disk baseline: one plain file per chunk ----
+
+double file_write(const std::filesystem::path& dir, const Workload& w) {
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < w.keys.size(); ++i) {
+    const std::string path = (dir / w.keys[i].hex()).string();
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || ::write(fd, w.chunks[i].data(), w.chunk_bytes) != ssize_t(w.chunk_bytes)) {
+      throw std::runtime_error("baseline write of " + path + " failed");
+    }
+    ::close(fd);
+  }
+  return seconds_since(t0);
+}
+
+double file_read(const std::filesystem::path& dir, Workload& w) {
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < w.keys.size(); ++i) {
+    const std::string path = (dir / w.keys[i].hex()).string();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::read(fd, w.back[i].data(), w.chunk_bytes) != ssize_t(w.chunk_bytes)) {
+      throw std::runtime_error("baseline read of " + path + " failed");
+    }
+    ::close(fd);
+  }
+  return seconds_since(t0);
+}
+
+// ---- redis baseline: pipelined SET/GET over one connection ----
+
+struct RawRedis {
+  redisContext* c = nullptr;
+  RawRedis(const std::string& host, int port) {
+    c = redisConnectWithTimeout(host.c_str(), port, timeval{5, 0});
+    if (c == nullptr || c->err) throw std::runtime_error("baseline: cannot connect to Redis");
+    redisSetTimeout(c, timeval{30, 0});
+  }
+  ~RawRedis() { redisFree(c); }
+  // Appends n commands (built by argv(i)), then reads n replies; throws on an error reply.
+  template <class Argv>
+  void pipeline(size_t n, Argv argv, int expect_type) {
+    for (size_t i = 0; i < n; ++i) {
+      auto [args, lengths] = argv(i);
+      redisAppendCommandArgv(c, int(args.size()), args.data(), lengths.data());
+    }
+    for (size_t i = 0; i < n; ++i) {
+      void* reply = nullptr;
+      if (redisGetReply(c, &reply) != REDIS_OK)
+        throw std::runtime_error("baseline: Redis IO error");
+      const int type = static_cast<redisReply*>(reply)->type;
+      freeReplyObject(reply);
+      if (type != expect_type) throw std::runtime_error("baseline: unexpected Redis reply");
+    }
+  }
+};
+
+using Argv = std::pair<std::vector<const char*>, std::vector<size_t>>;
+
+double raw_set(RawRedis& r, const std::vector<std::string>& names, const Workload& w,
+               size_t batch) {
+  return timed_batches(w, batch, [&](size_t first, size_t n) {
+    r.pipeline(
+        n,
+        [&](size_t i) {
+          const std::string& k = names[first + i];
+          const auto* v = reinterpret_cast<const char*>(w.chunks[first + i].data());
+          return Argv{{"SET", k.data(), v}, {3, k.size(), w.chunk_bytes}};
+        },
+        REDIS_REPLY_STATUS);
+  });
+}
+
+double raw_get(RawRedis& r, const std::vector<std::string>& names, Workload& w, size_t batch) {
+  return timed_batches(w, batch, [&](size_t first, size_t n) {
+    r.pipeline(
+        n,
+        [&](size_t i) {
+          const std::string& k = names[first + i];
+          return Argv{{"GET", k.data()}, {3, k.size()}};
+        },
+        REDIS_REPLY_STRING);
+  });
+}
+
+void unlink_keys(RawRedis& r, const std::vector<std::string>& names) {
+  r.pipeline(
+      names.size(),
+      [&](size_t i) {
+        return Argv{{"UNLINK", names[i].data()}, {6, names[i].size()}};
+      },
+      REDIS_REPLY_INTEGER);
+}
+
+void row(std::ostream& out, bool json, const char* tier, const char* op, size_t chunk_bytes,
+         size_t chunks, double bytes, double kvtier_s, double baseline_s, const char* baseline) {
+  const double kvtier_gbps = bytes / kvtier_s / 1e9;
+  const double baseline_gbps = bytes / baseline_s / 1e9;
+  emit(out, json,
+       {{"bench", "tiers"},
+        {"tier", tier},
+        {"op", op},
+        {"chunk_bytes", chunk_bytes},
+        {"chunks", chunks},
+        {"kvtier_gbps", kvtier_gbps},
+        {"baseline_gbps", baseline_gbps},
+        {"ratio", kvtier_gbps / baseline_gbps},
+        {"baseline", baseline}});
+}
+
+struct TempDirectory {
+  std::filesystem::path path;
+  explicit TempDirectory(const std::filesystem::path& parent) {
+    std::string pattern = (parent / "kvtier-bench-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path = pattern;
+  }
+  ~TempDirectory() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
+  const std::filesystem::path parent =
+      o.disk_dir.empty() ? std::filesystem::temp_directory_path() : o.disk_dir;
+  for (size_t chunk_bytes : o.chunk_bytes) {
+    const size_t count = std::max<size_t>(1, o.total_bytes / chunk_bytes);
+    double put = 1e30, get = 1e30, write = 1e30, read = 1e30;
+    for (int r = 0; r < o.repeat; ++r) {  // interleaved: both sides see the same noise
+      TempDirectory dir(parent);
+      Workload w(chunk_bytes, count, ++salt);
+      auto tier = DiskTier::open({.directory = dir.path / "tier",
+                                  .capacity_bytes = uint64_t{4} * count * (chunk_bytes + 4096)});
+      if (!tier) throw std::runtime_error(tier.error().to_string());
+      std::filesystem::create_directories(dir.path / "plain");
+      const bool plain_first = r % 2 == 0;  // as for Redis: alternate who goes first
+      if (plain_first) write = std::min(write, file_write(dir.path / "plain", w));
+      put = std::min(put, tier_put(**tier, w, o.batch_chunks));
+      if (!plain_first) write = std::min(write, file_write(dir.path / "plain", w));
+      if (plain_first) read = std::min(read, file_read(dir.path / "plain", w));
+      get = std::min(get, tier_get(**tier, w, o.batch_chunks));
+      if (!plain_first) read = std::min(read, file_read(dir.path / "plain", w));
+    }
+    const double bytes = double(chunk_bytes) * count;
+    row(out, o.json, "disk", "put", chunk_bytes, count, bytes, put, write,
+        "open+write+close, one file per chunk");
+    row(out, o.json, "disk", "get", chunk_bytes, count, bytes, get, read,
+        "open+read+close, one file per chunk");
+  }
+}
+
+void bench_redis(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
+  std::unique_ptr<TempDirectory> server_dir;
+  std::unique_ptr<RedisServerProcess> server;
+  std::string url = o.redis_url;
+  if (url.empty()) {
+    server_dir = std::make_unique<TempDirectory>(std::filesystem::temp_directory_path());
+    auto s = RedisServerProcess::start({.directory = server_dir->path}, std::chrono::seconds(10));
+    if (!s) throw std::runtime_error(s.error().to_string());
+    server = std::move(*s);
+    url = server->url();
+  }
+  std::string host_port = url.starts_with("redis://") ? url.substr(8) : url;
+  const size_t colon = host_port.rfind(':');
+  const std::string host = host_port.substr(0, colon);
+  const int port = colon == std::string::npos ? 6379 : std::stoi(host_port.substr(colon + 1));
+  RawRedis raw(host, port);
+  auto tier = RedisTier::open({.url = url, .key_prefix = "kvtier-bench:tier:"});
+  if (!tier) throw std::runtime_error(tier.error().to_string());
+  for (size_t chunk_bytes : o.chunk_bytes) {
+    const size_t count = std::max<size_t>(1, o.total_bytes / chunk_bytes);
+    double put = 1e30, get = 1e30, set = 1e30, raw_get_s = 1e30;
+    for (int r = 0; r < o.repeat; ++r) {
+      Workload w(chunk_bytes, count, ++salt);
+      std::vector<std::string> tier_names, raw_names;
+      for (const ChunkKey& k : w.keys) {
+        tier_names.push_back((*tier)->redis_key(k));
+        raw_names.push_back("kvtier-bench:raw:" + k.hex());
+      }
+      // Each side goes first in every other round, so neither always meets a fuller server.
+      const bool raw_first = r % 2 == 0;
+      if (raw_first) set = std::min(set, raw_set(raw, raw_names, w, o.batch_chunks));
+      put = std::min(put, tier_put(**tier, w, o.batch_chunks));
+      if (!raw_first) set = std::min(set, raw_set(raw, raw_names, w, o.batch_chunks));
+      if (raw_first) raw_get_s = std::min(raw_get_s, raw_get(raw, raw_names, w, o.batch_chunks));
+      get = std::min(get, tier_get(**tier, w, o.batch_chunks));
+      if (!raw_first) raw_get_s = std::min(raw_get_s, raw_get(raw, raw_names, w, o.batch_chunks));
+      unlink_keys(raw, raw_names);  // leaves a server we were given as we found it
+      unlink_keys(raw, tier_names);
+    }
+    const double bytes = double(chunk_bytes) * count;
+    row(out, o.json, "redis", "put", chunk_bytes, count, bytes, put, set,
+        "pipelined SET over one hiredis connection");
+    row(out, o.json, "redis", "get", chunk_bytes, count, bytes, get, raw_get_s,
+        "pipelined GET over one hiredis connection");
+  }
+}
+
+}  // namespace
+
+int run_tier_bench(const TierBenchOptions& o, std::ostream& out) {
+  if (!o.json) out << "each tier vs its raw baseline, same bytes, side by side\n";
+  uint64_t salt = 0;
+  try {
+    bench_disk(o, out, salt);
+    if (!o.skip_redis) bench_redis(o, out, salt);
+  } catch (const std::exception& e) {
+    std::cerr << "kvtier bench tiers: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace kvtier::bench

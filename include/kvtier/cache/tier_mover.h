@@ -1,0 +1,165 @@
+// TierMover: moves chunks between the host pool and the tiers below it (tier/), so that the
+// host cache is the top of a hierarchy: host pool (L1), then each tier in order (L2 disk,
+// L3 Redis).
+//
+// Write-behind (demotion). Chunks go down asynchronously through one bounded queue:
+//   - policy kOnStore: every key of a kStored event passed to on_cache_events();
+//   - policy kOnEvict: every key a StorePlan evicted, passed to demote_evicted() right after
+//     prepare_store, before the plan's slots are written.
+// The bytes are COPIED into the queue entry at enqueue time, on the caller's thread: a slot
+// may be reused as soon as the call returns, and nothing the writer thread does can read it
+// after that. When the queue is full the chunk is dropped and counted (writes_dropped): the
+// engine never waits for a tier. The writer thread puts each batch to every tier that is UP.
+// Chunks that prefetch() brought up are not written down again (they are in the tier they
+// came from).
+//
+// Lookup. lower_hits(keys, from) counts the consecutive keys from `from` that some tier holds,
+// asking each tier only about keys the tiers above it lack; DOWN tiers are skipped (H7). It is
+// synchronous: it waits at most each UP tier's timeout (a tier that takes that long goes DOWN).
+//
+// Read-through (promotion). prefetch(keys) reserves host slots with prepare_store, so the keys
+// are pending in the CacheManager (a lookup says "ask again later"), and a background thread
+// fills each slot from the first tier that returns a verified chunk. poll() then completes the
+// store: kSucceeded for filled keys, kFailed for keys no tier could serve intact (missing,
+// corrupt, tier down): F3, such a slot is freed and never published.
+//
+// Health. A tier that errors or times out is DOWN (health_checked_tier.h); degraded_tiers()
+// names the DOWN tiers for H7. The writer thread probes DOWN tiers whose probe is due every
+// health_tick, so a tier recovers even while nothing asks for it.
+//
+// Thread-safety: on_cache_events, demote_evicted, lower_hits, prefetch and poll must be called
+// from the thread that owns the CacheManager (the mover calls the CacheManager only from
+// there). counters(), tier_metrics(), degraded_tiers() and wait_idle() may be called from any
+// thread. The CacheManager and the HostPool must outlive the mover.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "kvtier/cache/cache_event.h"
+#include "kvtier/cache/cache_manager.h"
+#include "kvtier/cache/host_pool.h"
+#include "kvtier/core/clock.h"
+#include "kvtier/core/config.h"
+#include "kvtier/tier/health_checked_tier.h"
+
+namespace kvtier {
+
+enum class WritePolicy { kOnStore, kOnEvict };
+// "on_store" | "on_evict" (the tiers.write_policy config values); kInvalidArgument otherwise.
+Result<WritePolicy> parse_write_policy(std::string_view name);
+
+struct MoverTier {
+  std::unique_ptr<HealthCheckedTier> tier;
+  Duration timeout;  // of each call to it
+};
+
+struct TierMoverOptions {
+  size_t write_queue_chunks = 256;
+  WritePolicy write_policy = WritePolicy::kOnStore;
+  size_t write_batch_chunks = 16;  // chunks per put call, at most
+  Duration health_tick = std::chrono::milliseconds(100);
+};
+
+// The options a (validated) tiers config section asks for. Throws std::invalid_argument for
+// a write_policy that parse_write_policy rejects.
+TierMoverOptions tier_mover_options(const TiersConfig& config);
+
+struct TierMoverCounters {
+  uint64_t writes_enqueued = 0;    // chunks copied into the write queue
+  uint64_t writes_dropped = 0;     // chunks not enqueued: the queue was full
+  uint64_t writes_missed = 0;      // stored keys no longer ready when their event arrived
+  uint64_t chunks_demoted = 0;     // chunks at least one tier stored
+  uint64_t demote_failures = 0;    // chunks no tier stored (every tier down or failing)
+  uint64_t prefetch_rejected = 0;  // prefetch calls that found no room in the host pool
+  uint64_t prefetch_keys = 0;      // keys prefetch reserved
+  uint64_t prefetch_succeeded = 0;
+  uint64_t prefetch_failed = 0;  // keys freed unpublished (F3)
+};
+
+class TierMover {
+ public:
+  // Throws std::invalid_argument when a tier is null, write_queue_chunks or write_batch_chunks
+  // is 0, or the pool's slot size differs from the cache's.
+  TierMover(CacheManager& cache, const HostPool& pool, std::vector<MoverTier> tiers,
+            TierMoverOptions options);
+  // Stops the threads (queued writes are dropped, a running prefetch finishes) and fails every
+  // prefetch not yet completed (complete_store kFailed), so no slot stays pending (F12). Call
+  // from the owner thread.
+  ~TierMover();
+
+  TierMover(const TierMover&) = delete;
+  TierMover& operator=(const TierMover&) = delete;
+
+  // kOnStore: enqueues each stored key's chunk (copying it now). Other events are ignored.
+  void on_cache_events(std::span<const CacheEvent> events);
+  // kOnEvict: enqueues the chunks the plan evicted (copying them now, from evicted_slots).
+  void demote_evicted(const StorePlan& plan);
+
+  size_t lower_hits(std::span<const ChunkKey> keys, size_t from);
+
+  // Reserves slots for the keys absent from the host cache and starts filling them. Returns
+  // how many keys are now pending; 0 also when prepare_store found no room.
+  size_t prefetch(std::span<const ChunkKey> keys);
+  // Completes finished prefetches (complete_store). Returns the number of keys completed.
+  size_t poll();
+
+  std::vector<std::string> degraded_tiers() const;
+  std::vector<TierMetrics> tier_metrics() const;
+  TierMoverCounters counters() const;
+  // For tests and shutdown: true once the write queue is empty, no write is running and every
+  // prefetch has finished (and awaits poll), within `timeout`.
+  bool wait_idle(Duration timeout);
+
+ private:
+  struct WriteEntry {
+    ChunkKey key;
+    std::vector<std::byte> bytes;
+  };
+  struct PrefetchJob {
+    std::vector<ChunkKey> keys;
+    std::vector<std::span<std::byte>> slots;
+    std::vector<bool> filled;
+  };
+
+  bool enqueue_write(const ChunkKey& key, SlotId slot);
+  void writer_loop();
+  void write_batch(std::vector<WriteEntry>& batch);
+  void prefetch_loop();
+  void fill(PrefetchJob& job);
+  void complete(PrefetchJob& job);
+  bool idle_locked() const;
+
+  CacheManager& cache_;
+  const HostPool& pool_;
+  std::vector<MoverTier> tiers_;
+  const TierMoverOptions options_;
+
+  mutable std::mutex mutex_;  // guards everything below
+  std::condition_variable work_cv_;
+  std::condition_variable idle_cv_;
+  bool stopping_ = false;
+  std::deque<WriteEntry> write_queue_;
+  bool writing_ = false;
+  std::deque<PrefetchJob> prefetch_queue_;
+  bool prefetching_ = false;
+  std::vector<PrefetchJob> prefetched_;  // filled, awaiting poll()
+  TierMoverCounters counters_;
+
+  // Owner thread only: keys poll() published, skipped by on_cache_events (at most num_slots).
+  std::unordered_set<ChunkKey, ChunkKeyHash> promoted_;
+
+  std::thread writer_;
+  std::thread prefetcher_;
+};
+
+}  // namespace kvtier

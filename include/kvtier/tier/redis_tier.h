@@ -1,0 +1,72 @@
+// RedisTier (L3): chunks in one redis-server or a Redis Cluster, shared by every engine that
+// uses the same server and namespace. A cache that outgrows one machine.
+//
+// Keys: key_prefix + the chunk key's 32 hex digits, where the prefix comes from
+// redis_key_prefix(namespace) ("kvtier:<model>:<layout fingerprint>:"). Values are chunk
+// records (chunk_record.h), so a value that was changed, truncated or written under another key
+// reads as kCorrupt. Redis's own maxmemory policy (e.g. allkeys-lru) bounds its size.
+//
+// Calls are pipelined per node: put is one SET per key, get one GET, contains one EXISTS, all
+// sent before the first reply is read. Cluster mode is detected on first contact; MOVED and ASK
+// redirections are followed (redis_router.h). Each node has a pool of up to pool_size
+// connections. The call's timeout bounds connecting, waiting for a pooled connection and every
+// socket read and write (redisConnectWithTimeout + redisSetTimeout).
+//
+// open() does not connect: an engine starts while Redis is away, and the tier's first call
+// fails instead (the health wrapper then marks it DOWN and probes it).
+//
+// Thread-safety: every call may come from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kvtier/core/chunk_key.h"
+#include "kvtier/tier/tier.h"
+
+namespace kvtier {
+
+namespace tier_internal {
+class RedisRouter;
+}
+
+// "kvtier:<model>:<16 hex digits of the layout fingerprint>:". Braces in the model name become
+// '_', so a model name never acts as a cluster hash tag (which would put every chunk in one slot).
+std::string redis_key_prefix(const KeyNamespace& ns);
+
+struct RedisTierOptions {
+  std::string url;         // redis://host[:port] of the server or of any cluster node
+  std::string key_prefix;  // redis_key_prefix(namespace)
+  uint32_t pool_size = 4;  // connections per node, at most
+};
+
+class RedisTier final : public Tier {
+ public:
+  // kInvalidArgument for a malformed URL or a zero pool size. Does not connect.
+  static Result<std::unique_ptr<RedisTier>> open(const RedisTierOptions& options);
+  ~RedisTier() override;
+
+  std::string name() const override { return "redis"; }
+
+  std::string redis_key(const ChunkKey& key) const { return options_.key_prefix + key.hex(); }
+  // Whether the server turned out to be a cluster (false before the first successful call).
+  bool cluster_mode() const;
+
+ protected:
+  Result<std::vector<ChunkStatus>> do_put(std::span<const ChunkKey> keys,
+                                          std::span<const std::span<const std::byte>> chunks,
+                                          Duration timeout) override;
+  Result<std::vector<ChunkStatus>> do_get(std::span<const ChunkKey> keys,
+                                          std::span<const std::span<std::byte>> dst,
+                                          Duration timeout) override;
+  Result<std::vector<bool>> do_contains(std::span<const ChunkKey> keys, Duration timeout) override;
+  Status do_ping(Duration timeout) override;
+
+ private:
+  RedisTier(RedisTierOptions options, std::unique_ptr<tier_internal::RedisRouter> router);
+
+  const RedisTierOptions options_;
+  std::unique_ptr<tier_internal::RedisRouter> router_;
+};
+
+}  // namespace kvtier

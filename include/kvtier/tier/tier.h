@@ -1,0 +1,103 @@
+// Tier: one store of chunks below the host pool (L2 local disk, L3 Redis), behind one narrow
+// interface that the in-process cache and kvtierd both use.
+//
+// Calls are batches: keys[i] goes with chunks[i] (put) or dst[i] (get), and each key gets its
+// own ChunkStatus. A call that cannot reach the tier at all (connection refused, timeout, IO
+// error on the store as a whole) returns an Error instead; the health wrapper
+// (health_checked_tier.h) turns that into DOWN.
+//
+// Integrity: every chunk a tier writes is a chunk record (chunk_record.h) carrying its key and
+// an xxh3 checksum. A record that fails the check on read is kCorrupt: a miss that is counted,
+// never served. Its bytes in dst are then unspecified and must not be used.
+//
+// Timeouts: every call takes one; a tier returns kDeadlineExceeded rather than block longer
+// than it (plus at most one IO that had already started, see each tier).
+//
+// Counters: the public calls count what they return (non-virtual interface), so every tier
+// counts the same way.
+//
+// Thread-safety: every Tier is safe to call from several threads at once.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/core/chunk_key.h"
+#include "kvtier/core/clock.h"
+#include "kvtier/core/status.h"
+
+namespace kvtier {
+
+enum class ChunkStatus : uint8_t {
+  kOk,       // put: stored; get: dst holds the chunk, checksum verified
+  kMiss,     // get: the tier does not hold the key
+  kCorrupt,  // get: the record failed its key or checksum check; a miss, never served
+  kError,    // this key failed (IO error, server error reply); the others may have succeeded
+};
+
+std::string_view to_string(ChunkStatus status);
+
+struct TierCounters {
+  uint64_t hits = 0;            // keys get() returned kOk
+  uint64_t misses = 0;          // keys get() returned kMiss (kCorrupt not included)
+  uint64_t corrupt = 0;         // keys get() returned kCorrupt
+  uint64_t errors = 0;          // keys that returned kError, plus calls that failed whole
+  uint64_t chunks_written = 0;  // keys put() returned kOk
+  uint64_t bytes_read = 0;      // payload bytes of hits
+  uint64_t bytes_written = 0;   // payload bytes of chunks_written
+  uint64_t skipped_calls = 0;   // calls not made because the tier was DOWN (health wrapper only)
+};
+
+class Tier {
+ public:
+  virtual ~Tier() = default;
+
+  // A short name for metrics and DEGRADED reasons: "disk", "redis".
+  virtual std::string name() const = 0;
+
+  // Stores chunks[i] under keys[i] (replacing what the key held). keys and chunks have equal
+  // sizes (std::invalid_argument otherwise). The spans are only read during the call.
+  Result<std::vector<ChunkStatus>> put(std::span<const ChunkKey> keys,
+                                       std::span<const std::span<const std::byte>> chunks,
+                                       Duration timeout);
+
+  // Reads keys[i] into dst[i], whose size must equal the stored chunk's size (a record of
+  // another size is kCorrupt). dst is written only during the call.
+  Result<std::vector<ChunkStatus>> get(std::span<const ChunkKey> keys,
+                                       std::span<const std::span<std::byte>> dst, Duration timeout);
+
+  // Whether the tier holds each key (without verifying its record: a later get may still find
+  // it corrupt).
+  Result<std::vector<bool>> contains(std::span<const ChunkKey> keys, Duration timeout);
+
+  // Cheap reachability check, used to probe a DOWN tier.
+  Status ping(Duration timeout);
+
+  // Snapshot of what the public calls returned so far.
+  virtual TierCounters counters() const;
+
+ protected:
+  virtual Result<std::vector<ChunkStatus>> do_put(
+      std::span<const ChunkKey> keys, std::span<const std::span<const std::byte>> chunks,
+      Duration timeout) = 0;
+  virtual Result<std::vector<ChunkStatus>> do_get(std::span<const ChunkKey> keys,
+                                                  std::span<const std::span<std::byte>> dst,
+                                                  Duration timeout) = 0;
+  virtual Result<std::vector<bool>> do_contains(std::span<const ChunkKey> keys,
+                                                Duration timeout) = 0;
+  virtual Status do_ping(Duration timeout) = 0;
+
+ private:
+  struct Cells {
+    std::atomic<uint64_t> hits{0}, misses{0}, corrupt{0}, errors{0}, chunks_written{0},
+        bytes_read{0}, bytes_written{0};
+  };
+  Cells cells_;
+};
+
+}  // namespace kvtier

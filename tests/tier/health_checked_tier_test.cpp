@@ -1,0 +1,121 @@
+#include "kvtier/tier/health_checked_tier.h"
+
+#include <gtest/gtest.h>
+
+#include "support/fake_tier.h"
+
+namespace kvtier {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeTier;
+
+constexpr Duration kTimeout = 1s;
+const ChunkKey kKey{.lo = 1, .hi = 2};
+
+struct Rig {
+  ManualClock clock;
+  FakeTier* fake = nullptr;
+  std::unique_ptr<HealthCheckedTier> tier;
+
+  Rig() {
+    auto inner = std::make_unique<FakeTier>("fake");
+    fake = inner.get();
+    tier = std::make_unique<HealthCheckedTier>(
+        std::move(inner),
+        HealthOptions{.probe_initial = 1s, .probe_max = 4s, .probe_timeout = 1s, .clock = &clock});
+  }
+  Result<std::vector<bool>> contains() { return tier->contains(std::span(&kKey, 1), kTimeout); }
+};
+
+TEST(HealthCheckedTier, H7_FailingTierIsMarkedDownAndSkipped) {
+  Rig rig;
+  ASSERT_TRUE(rig.contains());
+  EXPECT_EQ(rig.tier->state(), TierState::kUp);
+  rig.fake->set_unreachable(true);
+  EXPECT_FALSE(rig.contains());
+  EXPECT_EQ(rig.tier->state(), TierState::kDown);
+  const TierMetrics m = rig.tier->metrics();
+  EXPECT_EQ(m.name, "fake");
+  EXPECT_EQ(m.state, TierState::kDown);
+  EXPECT_NE(m.last_error.find("unreachable"), std::string::npos) << m.last_error;
+  // Skipped while down: the tier is not called at all, and the caller learns at once.
+  const int pings = rig.fake->pings();
+  for (int i = 0; i < 5; ++i) {
+    Result<std::vector<bool>> r = rig.contains();
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  }
+  EXPECT_EQ(rig.fake->pings(), pings);
+  EXPECT_EQ(rig.tier->counters().skipped_calls, 5u);
+}
+
+TEST(HealthCheckedTier, H7_ProbesWithExponentialBackoffThenRecovers) {
+  Rig rig;
+  rig.fake->set_unreachable(true);
+  ASSERT_FALSE(rig.contains());  // down; first probe due after 1 s
+  rig.clock.advance(999ms);
+  EXPECT_EQ(rig.tier->probe_if_due(), TierState::kDown);
+  EXPECT_EQ(rig.fake->pings(), 0);  // not due yet
+  rig.clock.advance(1ms);
+  EXPECT_EQ(rig.tier->probe_if_due(), TierState::kDown);
+  EXPECT_EQ(rig.fake->pings(), 1);  // failed: next in 2 s
+  rig.clock.advance(1999ms);
+  rig.tier->probe_if_due();
+  EXPECT_EQ(rig.fake->pings(), 1);
+  rig.clock.advance(1ms);
+  rig.tier->probe_if_due();
+  EXPECT_EQ(rig.fake->pings(), 2);  // failed: next in 4 s (the cap)
+  rig.clock.advance(4s);
+  rig.tier->probe_if_due();
+  EXPECT_EQ(rig.fake->pings(), 3);  // failed: still 4 s, capped
+  rig.clock.advance(3999ms);
+  rig.tier->probe_if_due();
+  EXPECT_EQ(rig.fake->pings(), 3);
+  // The tier comes back; the next due probe finds it, with no call needed from outside.
+  rig.fake->set_unreachable(false);
+  rig.clock.advance(1ms);
+  EXPECT_EQ(rig.tier->probe_if_due(), TierState::kUp);
+  EXPECT_TRUE(rig.tier->metrics().last_error.empty());
+  EXPECT_TRUE(rig.contains());
+}
+
+TEST(HealthCheckedTier, H7_ACallAtTheProbeTimeProbesAndProceeds) {
+  Rig rig;
+  rig.fake->set_unreachable(true);
+  ASSERT_FALSE(rig.contains());
+  rig.fake->set_unreachable(false);
+  EXPECT_FALSE(rig.contains());  // still within the backoff: skipped
+  rig.clock.advance(1s);
+  Result<std::vector<bool>> r = rig.contains();  // probe succeeds, the call goes through
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(rig.tier->state(), TierState::kUp);
+}
+
+TEST(HealthCheckedTier, H7_MissesAndCorruptChunksAreAnswersNotFailures) {
+  Rig rig;
+  rig.fake->insert(kKey, std::vector<std::byte>(10));  // wrong size: the fake answers kCorrupt
+  const ChunkKey absent{.lo = 9, .hi = 9};
+  std::vector<std::byte> a(16), b(16);
+  const std::vector<ChunkKey> keys = {kKey, absent};
+  const std::vector<std::span<std::byte>> dst = {a, b};
+  Result<std::vector<ChunkStatus>> r = rig.tier->get(keys, dst, kTimeout);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(*r, (std::vector{ChunkStatus::kCorrupt, ChunkStatus::kMiss}));
+  EXPECT_EQ(rig.tier->state(), TierState::kUp);
+  const TierCounters c = rig.tier->counters();
+  EXPECT_EQ(c.corrupt, 1u);
+  EXPECT_EQ(c.misses, 1u);
+}
+
+TEST(HealthCheckedTier, RejectsBadOptions) {
+  EXPECT_THROW(HealthCheckedTier(nullptr, {}), std::invalid_argument);
+  EXPECT_THROW(
+      HealthCheckedTier(std::make_unique<FakeTier>(), {.probe_initial = 2s, .probe_max = 1s}),
+      std::invalid_argument);
+  EXPECT_THROW(HealthCheckedTier(std::make_unique<FakeTier>(), {.probe_initial = 0s}),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,239 @@
+// RedisTier against a real redis-server that the test starts on a free loopback port.
+#include "kvtier/tier/redis_tier.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "kvtier/tier/chunk_record.h"
+#include "kvtier/tier/health_checked_tier.h"
+#include "redis_process.h"
+#include "redis_test_util.h"
+#include "support/temp_dir.h"
+
+namespace kvtier {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace tier_test;
+using bench::RedisServerProcess;
+
+constexpr Duration kTimeout = 2s;
+constexpr Duration kReady = 10s;
+
+const KeyNamespace kNamespace{.model = "tiny-llama@1", .layout_fingerprint = 0x1234abcd};
+
+std::unique_ptr<RedisTier> open_tier(const std::string& url, const KeyNamespace& ns = kNamespace,
+                                     uint32_t pool_size = 4) {
+  Result<std::unique_ptr<RedisTier>> tier =
+      RedisTier::open({.url = url, .key_prefix = redis_key_prefix(ns), .pool_size = pool_size});
+  EXPECT_TRUE(tier) << tier.error().to_string();
+  return tier ? std::move(*tier) : nullptr;
+}
+
+// One server for the suite, emptied before each test. Tests that kill or stop a server start
+// their own.
+class RedisTierTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    Result<std::unique_ptr<RedisServerProcess>> s =
+        RedisServerProcess::start({.directory = dir_->path()}, kReady);
+    ASSERT_TRUE(s) << s.error().to_string();
+    server_ = s->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    ASSERT_TRUE(server_->command({"FLUSHALL"}, kTimeout));
+  }
+  static inline testing::TempDir* dir_ = nullptr;
+  static inline RedisServerProcess* server_ = nullptr;
+};
+
+TEST_F(RedisTierTest, RoundTripsAPipelinedBatch) {
+  auto tier = open_tier(server_->url());
+  ASSERT_EQ(put_range(*tier, 0, 64, kTimeout).value(), all(ChunkStatus::kOk, 64));
+  GetOutcome g = get_range(*tier, 0, 64, kTimeout);
+  ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
+  EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, 64));
+  EXPECT_TRUE(g.ok_chunks_intact);
+  EXPECT_FALSE(tier->cluster_mode());
+  const TierCounters c = tier->counters();
+  EXPECT_EQ(c.hits, 64u);
+  EXPECT_EQ(c.bytes_read, 64 * kChunk);
+  EXPECT_EQ(c.bytes_written, 64 * kChunk);
+  EXPECT_EQ(server_->command({"DBSIZE"}, kTimeout).value(), "64");
+}
+
+TEST_F(RedisTierTest, MissAndContains) {
+  auto tier = open_tier(server_->url());
+  ASSERT_TRUE(put_range(*tier, 0, 2, kTimeout));
+  EXPECT_EQ(*tier->contains(keys(0, 3), kTimeout), (std::vector<bool>{true, true, false}));
+  GetOutcome g = get_range(*tier, 1, 2, kTimeout);
+  EXPECT_EQ(*g.statuses, (std::vector{ChunkStatus::kOk, ChunkStatus::kMiss}));
+  EXPECT_EQ(tier->counters().misses, 1u);
+}
+
+TEST_F(RedisTierTest, KeysAreNamespacedByModelAndLayout) {
+  auto tier = open_tier(server_->url());
+  ASSERT_TRUE(put_range(*tier, 0, 3, kTimeout));
+  EXPECT_EQ(redis_key_prefix(kNamespace), "kvtier:tiny-llama@1:000000001234abcd:");
+  EXPECT_EQ(server_->command({"EXISTS", tier->redis_key(key(0))}, kTimeout).value(), "1");
+  auto other_layout = open_tier(server_->url(), {.model = "tiny-llama@1", .layout_fingerprint = 7});
+  auto other_model =
+      open_tier(server_->url(), {.model = "other", .layout_fingerprint = 0x1234abcd});
+  EXPECT_EQ(*other_layout->contains(keys(0, 3), kTimeout), std::vector<bool>(3, false));
+  EXPECT_EQ(*get_range(*other_model, 0, 3, kTimeout).statuses, all(ChunkStatus::kMiss, 3));
+  // A model name never becomes a cluster hash tag.
+  EXPECT_EQ(redis_key_prefix({.model = "m{x}", .layout_fingerprint = 1}),
+            "kvtier:m_x_:0000000000000001:");
+}
+
+TEST_F(RedisTierTest, FlippedOrTruncatedValueIsAMissNeverServed) {
+  auto tier = open_tier(server_->url());
+  ASSERT_TRUE(put_range(*tier, 0, 3, kTimeout));
+  // Byte 100 of key 0's payload flipped in place; key 1 truncated; key 2 holds key 0's record.
+  const std::string k0 = tier->redis_key(key(0));
+  const std::string offset = std::to_string(kChunkRecordHeaderBytes + 100);
+  const std::string original = server_->command({"GETRANGE", k0, offset, offset}, kTimeout).value();
+  ASSERT_EQ(original.size(), 1u);
+  const std::string flipped(1, static_cast<char>(original[0] ^ 0x01));
+  ASSERT_TRUE(server_->command({"SETRANGE", k0, offset, flipped}, kTimeout));
+  ASSERT_TRUE(server_->command({"SET", tier->redis_key(key(1)), "short"}, kTimeout));
+  ASSERT_TRUE(put_range(*tier, 3, 1, kTimeout));  // key 3 intact, copied over key 2 below
+  const std::string k3_record =
+      server_->command({"GET", tier->redis_key(key(3))}, kTimeout).value();
+  ASSERT_TRUE(server_->command({"SET", tier->redis_key(key(2)), k3_record}, kTimeout));
+
+  GetOutcome g = get_range(*tier, 0, 4, kTimeout);
+  ASSERT_TRUE(g.statuses);
+  EXPECT_EQ(*g.statuses, (std::vector{ChunkStatus::kCorrupt, ChunkStatus::kCorrupt,
+                                      ChunkStatus::kCorrupt, ChunkStatus::kOk}));
+  EXPECT_TRUE(g.ok_chunks_intact);
+  EXPECT_EQ(tier->counters().corrupt, 3u);
+  EXPECT_EQ(tier->counters().hits, 1u);
+}
+
+TEST_F(RedisTierTest, PoolServesConcurrentCallersWithinItsSize) {
+  auto tier = open_tier(server_->url(), kNamespace, /*pool_size=*/3);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (uint64_t t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t round = 0; round < 10; ++round) {
+        const uint64_t first = t * 1000 + round * 4;
+        Result<std::vector<ChunkStatus>> put = put_range(*tier, first, 4, kTimeout);
+        GetOutcome g = get_range(*tier, first, 4, kTimeout);
+        if (!put || *put != all(ChunkStatus::kOk, 4) || !g.statuses ||
+            *g.statuses != all(ChunkStatus::kOk, 4) || !g.ok_chunks_intact) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures, 0);
+  // The tier's connections, plus the one that asks.
+  const std::string info = server_->command({"INFO", "clients"}, kTimeout).value();
+  const size_t at = info.find("connected_clients:");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_LE(std::stoi(info.substr(at + 18)), 3 + 1) << info;
+}
+
+TEST(RedisTier, ChunksRedisEvictsAreMissesNotErrors) {
+  testing::TempDir dir;
+  auto server = RedisServerProcess::start(
+      {.directory = dir.path(),
+       .extra_args = {"--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"}},
+      kReady);
+  ASSERT_TRUE(server) << server.error().to_string();
+  HealthCheckedTier tier(open_tier((*server)->url()), {});
+  for (uint64_t first = 0; first < 1024; first += 64) {  // 16 MiB through a 4 MiB server
+    ASSERT_EQ(*put_range(tier, first, 64, kTimeout), all(ChunkStatus::kOk, 64));
+  }
+  GetOutcome g = get_range(tier, 0, 1024, kTimeout);
+  ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
+  EXPECT_GT(std::ranges::count(*g.statuses, ChunkStatus::kMiss), 512);  // the oldest went
+  EXPECT_GT(std::ranges::count(*g.statuses, ChunkStatus::kOk), 0);      // the newest stayed
+  EXPECT_EQ(std::ranges::count(*g.statuses, ChunkStatus::kError), 0);
+  EXPECT_TRUE(g.ok_chunks_intact);
+  EXPECT_EQ(tier.state(), TierState::kUp);
+}
+
+TEST(RedisTier, UnreachableServerFailsTheCallNotTheOpen) {
+  const int port = bench::free_loopback_port();
+  auto tier = open_tier("redis://127.0.0.1:" + std::to_string(port));
+  ASSERT_NE(tier, nullptr);
+  Result<std::vector<bool>> r = tier->contains(keys(0, 1), 500ms);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable) << r.error().to_string();
+  EXPECT_FALSE(tier->ping(500ms));
+}
+
+TEST(RedisTier, BadUrlIsRejected) {
+  for (const char* url : {"redis://", "redis://host:0", "redis://host:99999", "redis://h:1/2",
+                          "redis://user:pw@h:1", "h:port"}) {
+    Result<std::unique_ptr<RedisTier>> tier = RedisTier::open({.url = url, .key_prefix = "p:"});
+    ASSERT_FALSE(tier) << url;
+    EXPECT_EQ(tier.error().code, ErrorCode::kInvalidArgument) << url;
+  }
+  EXPECT_FALSE(RedisTier::open({.url = "redis://h:1", .key_prefix = "p:", .pool_size = 0}));
+}
+
+TEST(RedisTier, TimeoutBoundsACallToAHungServer) {
+  testing::TempDir dir;
+  auto server = RedisServerProcess::start({.directory = dir.path()}, kReady);
+  ASSERT_TRUE(server) << server.error().to_string();
+  auto tier = open_tier((*server)->url());
+  ASSERT_TRUE(put_range(*tier, 0, 1, kTimeout));
+  (*server)->pause();
+  const auto t0 = std::chrono::steady_clock::now();
+  GetOutcome g = get_range(*tier, 0, 1, 200ms);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  (*server)->resume();
+  ASSERT_FALSE(g.statuses);
+  EXPECT_EQ(g.statuses.error().code, ErrorCode::kDeadlineExceeded)
+      << g.statuses.error().to_string();
+  EXPECT_LT(took, 5s);  // returned: the call did not hang on the stopped server
+  // The broken connection was dropped; a fresh one works.
+  EXPECT_EQ(*get_range(*tier, 0, 1, kTimeout).statuses, all(ChunkStatus::kOk, 1));
+}
+
+TEST(RedisTier, H7_KilledServerGoesDownAndRecoversAfterRestart) {
+  testing::TempDir dir;
+  auto server = RedisServerProcess::start({.directory = dir.path()}, kReady);
+  ASSERT_TRUE(server) << server.error().to_string();
+  ManualClock clock;
+  HealthCheckedTier tier(
+      open_tier((*server)->url()),
+      {.probe_initial = 1s, .probe_max = 8s, .probe_timeout = 500ms, .clock = &clock});
+  ASSERT_EQ(*put_range(tier, 0, 4, kTimeout), all(ChunkStatus::kOk, 4));
+
+  (*server)->kill();
+  GetOutcome g = get_range(tier, 0, 4, kTimeout);
+  ASSERT_FALSE(g.statuses);
+  EXPECT_EQ(tier.state(), TierState::kDown);
+  EXPECT_FALSE(tier.contains(keys(0, 4), kTimeout));  // skipped, not sent
+  EXPECT_EQ(tier.counters().skipped_calls, 1u);
+  clock.advance(1s);
+  EXPECT_EQ(tier.probe_if_due(), TierState::kDown);  // still dead: backoff doubles
+
+  ASSERT_TRUE((*server)->restart(kReady));
+  EXPECT_EQ(tier.probe_if_due(), TierState::kDown);  // next probe not due yet
+  clock.advance(2s);
+  EXPECT_EQ(tier.probe_if_due(), TierState::kUp);
+  // The restarted server lost its data (no persistence): misses, then a fresh round trip.
+  EXPECT_EQ(*get_range(tier, 0, 4, kTimeout).statuses, all(ChunkStatus::kMiss, 4));
+  ASSERT_EQ(*put_range(tier, 0, 4, kTimeout), all(ChunkStatus::kOk, 4));
+  g = get_range(tier, 0, 4, kTimeout);
+  EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, 4));
+  EXPECT_TRUE(g.ok_chunks_intact);
+}
+
+}  // namespace
+}  // namespace kvtier
