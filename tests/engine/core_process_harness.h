@@ -79,6 +79,12 @@ class CoreProcessHarness {
 
   const std::optional<std::string>& failed() const { return failed_; }
   const nlohmann::json& counters() const { return counters_; }
+  // Counters from a heartbeat sent after everything handled so far.
+  const nlohmann::json& fresh_counters() {
+    const size_t seen = heartbeats_;
+    wait_until([&] { return heartbeats_ >= seen + 2; }, std::chrono::seconds(5));
+    return counters_;
+  }
   ChildProcess& core() { return core_; }
   std::map<std::string, Completion>& completions() { return completions_; }
   std::string add(const std::vector<TokenId>& prompt, size_t max_tokens) {
@@ -87,12 +93,19 @@ class CoreProcessHarness {
     return id;
   }
   const std::string& run_dir() const { return run_dir_; }
+  const std::vector<int>& worker_pids() const { return worker_pids_; }
 
  private:
   void handle(const nlohmann::json& m) {
     const std::string t = m["t"];
-    if (t == "hello") hello_ = true;
-    if (t == "hb") counters_ = m["counters"];
+    if (t == "hello") {
+      hello_ = true;
+      worker_pids_ = m["workers"].get<std::vector<int>>();
+    }
+    if (t == "hb") {
+      counters_ = m["counters"];
+      ++heartbeats_;
+    }
     if (t == "failed" && !failed_) failed_ = m["reason"].get<std::string>();
     if (t == "out") {
       Completion& c = completions_[m["id"]];
@@ -116,6 +129,8 @@ class CoreProcessHarness {
   bool hello_ = false;
   std::optional<std::string> failed_;
   nlohmann::json counters_;
+  size_t heartbeats_ = 0;
+  std::vector<int> worker_pids_;
   std::map<std::string, Completion> completions_;
   size_t next_id_ = 0;
 };

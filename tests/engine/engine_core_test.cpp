@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/core_process_harness.h"
+#include <csignal>
+
 #include "kvtier/engine/byte_vocab.h"
 
 namespace kvtier::testing {
@@ -37,6 +39,131 @@ TEST(EngineCore, ServesARequestOnOneAndTwoRanks) {
     if (first.empty()) first = c.tokens;
     EXPECT_EQ(c.tokens, first) << "the same output on every world size";
   }
+}
+
+}  // namespace
+}  // namespace kvtier::testing
+
+namespace kvtier::testing {
+namespace {
+
+// A device too small to keep earlier prompts: a repeated prefix comes back from kvtier.
+Config small_device(bool offload, uint32_t world_size = 1) {
+  Config c = small_engine(world_size);
+  c.engine.device_blocks = 40;  // 640 tokens
+  c.connector.enabled = offload;
+  return c;
+}
+
+struct RunResult {
+  std::vector<std::vector<TokenId>> outputs;
+  std::vector<size_t> cached;
+  nlohmann::json counters;
+};
+
+// A, then B and C (which evict A from the device), then A's prompt with a new suffix.
+RunResult shared_prefix_run(const Config& config) {
+  CoreProcessHarness h(config);
+  RunResult run;
+  if (!h.wait_ready()) {
+    ADD_FAILURE() << h.failed().value_or("no hello");
+    return run;
+  }
+  const auto a = text(400, 1);
+  auto a2 = a;
+  for (TokenId t : text(30, 9)) a2.push_back(t);
+  for (const auto& prompt : {a, text(400, 2), text(400, 3), a2}) {
+    const Completion c = h.complete(prompt, 8);
+    EXPECT_EQ(c.error, "");
+    run.outputs.push_back(c.tokens);
+    run.cached.push_back(c.cached_tokens);
+  }
+  run.counters = h.fresh_counters();
+  return run;
+}
+
+TEST(EngineCore, SharedPrefixEvictedFromTheDeviceIsLoadedFromKvtierWithTheSameOutput) {
+  const RunResult off = shared_prefix_run(small_device(false));
+  const RunResult on = shared_prefix_run(small_device(true));
+  EXPECT_EQ(on.outputs, off.outputs);
+  ASSERT_EQ(on.cached.size(), 4u);
+  EXPECT_EQ(off.cached[3], 0u) << "the device no longer holds A's prefix";
+  EXPECT_GE(on.cached[3], 384u) << "A's prefix (24 blocks) comes back from the host cache";
+  EXPECT_GE(on.counters.value("kvtier_hit_tokens_total", 0), 384);
+}
+
+TEST(EngineCore, InjectedLoadAndStoreFaultsLeaveOutputsIdentical) {
+  const RunResult clean = shared_prefix_run(small_device(true, 2));
+  Config faulty = small_device(true, 2);
+  faulty.faults.submit_failure_rate = 0.3;
+  faulty.faults.latched_error_rate = 0.2;
+  faulty.faults.delay_rate = 0.2;
+  const RunResult run = shared_prefix_run(faulty);
+  EXPECT_EQ(run.outputs, clean.outputs);
+  EXPECT_GT(run.counters.value("kvtier_loads_failed_total", 0) +
+                run.counters.value("kvtier_stores_failed_total", 0),
+            0)
+      << run.counters.dump();
+}
+
+}  // namespace
+}  // namespace kvtier::testing
+
+namespace kvtier::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A request that runs long enough to be in flight when a worker goes.
+std::string start_long_request(CoreProcessHarness& h) {
+  const std::string id = h.add(text(64, 5), 5000);
+  h.wait_until([&] { return !h.completions()[id].tokens.empty(); }, std::chrono::seconds(30));
+  return id;
+}
+
+TEST(EngineCoreHealth, H2_WorkerDeathIsReportedNamingTheWorkerAndRequestsEnd) {
+  Config config = small_engine(2);
+  config.model.max_context = 8192;
+  CoreProcessHarness h(config);
+  ASSERT_TRUE(h.wait_ready());
+  const std::string id = start_long_request(h);
+  ASSERT_EQ(h.worker_pids().size(), 2u);
+  const auto killed = std::chrono::steady_clock::now();
+  ::kill(h.worker_pids()[1], SIGKILL);
+  ASSERT_TRUE(h.wait_until([&] { return h.failed().has_value(); }, milliseconds(1000)));
+  const auto reported = std::chrono::steady_clock::now() - killed;
+  EXPECT_NE(h.failed()->find("worker 0/1"), std::string::npos) << *h.failed();
+  EXPECT_NE(h.failed()->find("died"), std::string::npos) << *h.failed();
+  EXPECT_LT(reported, milliseconds(500));
+  // H5: the request in flight ends with an error, promptly.
+  ASSERT_TRUE(h.wait_until([&] { return h.completions()[id].done; }, milliseconds(1000)));
+  EXPECT_NE(h.completions()[id].error.find("worker 0/1"), std::string::npos);
+}
+
+TEST(EngineCoreHealth, H6_StoppedWorkerIsReportedStalled) {
+  Config config = small_engine(2);
+  config.engine.stall_timeout_s = 0.5;
+  config.model.max_context = 8192;
+  CoreProcessHarness h(config);
+  ASSERT_TRUE(h.wait_ready());
+  start_long_request(h);
+  ::kill(h.worker_pids()[0], SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  ASSERT_TRUE(h.wait_until([&] { return h.failed().has_value(); }, milliseconds(1500)));
+  EXPECT_GE(std::chrono::steady_clock::now() - stopped, milliseconds(400)) << "not before the timeout";
+  EXPECT_NE(h.failed()->find("worker 0/0"), std::string::npos) << *h.failed();
+  EXPECT_NE(h.failed()->find("stalled"), std::string::npos) << *h.failed();
+  ::kill(h.worker_pids()[0], SIGCONT);
+}
+
+TEST(EngineCoreHealth, H4_UnprovableTransferFailStopsTheEngine) {
+  Config config = small_engine(2);
+  config.faults.record_failure_rate = 1.0;  // every end marker fails: Unprovable (F7)
+  CoreProcessHarness h(config);
+  ASSERT_TRUE(h.wait_ready());
+  const Completion c = h.complete(text(200, 6), 4, std::chrono::seconds(10));
+  ASSERT_TRUE(h.wait_until([&] { return h.failed().has_value(); }, std::chrono::seconds(5)));
+  EXPECT_NE(h.failed()->find("fail-stop"), std::string::npos) << *h.failed();
 }
 
 }  // namespace

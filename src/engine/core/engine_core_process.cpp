@@ -51,7 +51,9 @@ class EngineCore {
 
   int run() {
     if (!wait_for_workers()) return stop(1);
-    send_message(frontend_, {{"t", "hello"}, {"core", core_}, {"pid", getpid()}});
+    std::vector<pid_t> pids;
+    for (const Worker& w : workers_) pids.push_back(w.process.pid());
+    send_message(frontend_, {{"t", "hello"}, {"core", core_}, {"pid", getpid()}, {"workers", pids}});
     auto next_heartbeat = Clock::now();
     for (;;) {
       zmq::pollitem_t items[] = {{frontend_.handle(), 0, ZMQ_POLLIN, 0},
@@ -273,11 +275,13 @@ class EngineCore {
     return stop(1);
   }
 
+  // Graceful (code 0): workers get a shutdown message and 2 s to exit. After a failure they are
+  // killed at once: a rank blocked in the collective with a dead peer never reads a message.
   int stop(int code) {
     for (uint32_t r = 0; r < workers_.size(); ++r) {
       send_message_to(workers_socket_, "w" + std::to_string(r), {{"t", "shutdown"}});
     }
-    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    const auto deadline = Clock::now() + (code == 0 ? std::chrono::seconds(2) : Clock::duration::zero());
     for (Worker& w : workers_) {
       while (!w.process.poll_exit() && Clock::now() < deadline) {
         zmq::pollitem_t item{workers_socket_.handle(), 0, ZMQ_POLLIN, 0};
