@@ -4,6 +4,7 @@
 #include "scheduler_bench.h"
 #include "tier_bench.h"
 #include "transfer_bench.h"
+#include "workload_bench.h"
 
 namespace kvtier::cli {
 
@@ -68,8 +69,24 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::ExistingDirectory);
   tiers->add_flag("--no-redis", tier_options->skip_redis, "Measure the disk tier only");
 
-  return [transfer, options, scheduler, sched, tiers, tier_options](const Config& config) -> int {
+  CLI::App* workload = bench->add_subcommand(
+      "workload",
+      "Multi-turn conversations against kvtier serve, cache on and off side by side (TTFT), and "
+      "the time from a worker's SIGKILL to the first 503");
+  auto work = std::make_shared<bench::WorkloadBenchOptions>();
+  workload->add_flag("--json", work->json, "Print JSON Lines instead of key=value rows");
+  workload->add_option("--users", work->users, "Conversations (default 4)")->check(CLI::Range(1, 64));
+  workload->add_option("--turns", work->turns, "Turns per conversation (default 4)")
+      ->check(CLI::Range(2, 100));
+  workload->add_option("--history-tokens", work->history_tokens,
+                       "Tokens of the document each conversation starts with (default 8192)")
+      ->check(CLI::Range(64, 65536));
+  workload->add_option("--world-size", work->world_size, "Workers per engine core (default 1)")
+      ->check(CLI::Range(1, 8));
+  return [transfer, options, scheduler, sched, tiers, tier_options, workload,
+          work](const Config& config) -> int {
     if (scheduler->parsed()) return bench::run_scheduler_bench(*sched, std::cout);
+    if (workload->parsed()) return bench::run_workload_bench(*work, std::cout);
     if (tiers->parsed()) return bench::run_tier_bench(*tier_options, std::cout);
     if (!transfer->parsed()) return -1;
     options->max_batch_descriptors = config.transfer.max_batch_descriptors;

@@ -1,0 +1,241 @@
+#include "workload_bench.h"
+
+#include <dirent.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <regex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "bench_row.h"
+#include "kvtier/engine/child_process.h"
+
+namespace kvtier::bench {
+namespace {
+
+using BenchClock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+double ms_since(BenchClock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(BenchClock::now() - t0).count();
+}
+
+// One `kvtier serve` process tree, its stdout in a file of its own temporary folder.
+class Server {
+ public:
+  Server(const std::string& exe, const std::vector<std::string>& sets) {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kvtier-workload-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::create_directories(dir_);
+    std::string cmd = "exec '" + exe + "' serve";
+    for (const std::string& s : sets) cmd += " --set '" + s + "'";
+    cmd += " > '" + (dir_ / "out.log").string() + "' 2>&1";
+    process_ = ChildProcess::spawn({"/bin/sh", "-c", cmd});
+    const auto deadline = BenchClock::now() + std::chrono::seconds(120);
+    const std::regex line(R"(serving .* on http://([0-9.]+):([0-9]+))");
+    while (BenchClock::now() < deadline) {
+      std::ifstream log(dir_ / "out.log");
+      std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+      std::smatch m;
+      if (std::regex_search(text, m, line)) {
+        host_ = m[1];
+        port_ = std::stoi(m[2]);
+        break;
+      }
+      if (process_.poll_exit()) throw std::runtime_error("kvtier serve exited: " + text);
+      std::this_thread::sleep_for(milliseconds(20));  // waiting for a process to start
+    }
+    if (port_ == 0) throw std::runtime_error("kvtier serve did not print its port");
+    // Ready once /health answers 200.
+    while (BenchClock::now() < deadline && health() != 200) std::this_thread::sleep_for(milliseconds(20));
+  }
+
+  ~Server() {
+    process_.signal(SIGTERM);
+    const auto deadline = BenchClock::now() + std::chrono::seconds(10);
+    while (!process_.poll_exit() && BenchClock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    process_.kill_and_reap();
+    std::filesystem::remove_all(dir_);
+  }
+
+  int health() {
+    httplib::Client c(host_, port_);
+    c.set_connection_timeout(std::chrono::seconds(1));
+    c.set_read_timeout(std::chrono::seconds(1));
+    auto r = c.Get("/health");
+    return r ? r->status : 0;
+  }
+
+  // Streams a completion; returns (TTFT ms, generated text).
+  std::pair<double, std::string> complete(const std::string& prompt, size_t max_tokens) {
+    httplib::Client c(host_, port_);
+    c.set_read_timeout(std::chrono::seconds(600));
+    const nlohmann::json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
+    std::string pending, text;
+    std::optional<double> ttft;
+    const auto t0 = BenchClock::now();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+      pending.append(data, size);
+      for (size_t end = pending.find("\n\n"); end != std::string::npos; end = pending.find("\n\n")) {
+        const std::string event = pending.substr(0, end);
+        pending.erase(0, end + 2);
+        if (!event.starts_with("data: ") || event == "data: [DONE]") continue;
+        const auto j = nlohmann::json::parse(event.substr(6), nullptr, false);
+        if (!j.is_object() || !j.contains("choices")) continue;
+        const std::string piece = j["choices"][0].value("text", "");
+        if (!piece.empty() && !ttft) ttft = ms_since(t0);
+        text += piece;
+      }
+      return true;
+    };
+    auto r = c.send(req);
+    if (!r || r->status != 200 || !ttft) {
+      throw std::runtime_error("completion failed: status " + std::to_string(r ? r->status : 0));
+    }
+    return {*ttft, text};
+  }
+
+  pid_t pid() const { return process_.pid(); }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path dir_;
+  ChildProcess process_;
+  std::string host_;
+  int port_ = 0;
+};
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+std::string document(std::mt19937_64& rng, size_t n) {
+  static const std::string words[] = {"cache ", "block ", "token ", "layer ", "prefix ", "host ",
+                                      "device ", "chunk ", "store ", "load "};
+  std::string s;
+  while (s.size() < n) s += words[rng() % 10];
+  s.resize(n);
+  return s;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
+  return v[i];
+}
+
+}  // namespace
+
+int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
+  const std::string exe = o.executable.empty() ? self_executable() : o.executable;
+  const size_t block = 16;
+  const size_t longest = o.history_tokens + o.turns * (o.message_tokens + o.answer_tokens) + 64;
+  // The device holds about one and a half conversations: returning users miss it.
+  const size_t device_blocks = (longest * 3 / 2) / block + 64;
+  const size_t max_context = std::max<size_t>(16384, longest + 256);
+  auto sets = [&](bool offload) {
+    return std::vector<std::string>{
+        "engine.port=0",
+        "engine.world_size=" + std::to_string(o.world_size),
+        "engine.device_blocks=" + std::to_string(device_blocks),
+        "engine.max_batched_tokens=2048",
+        "model.max_context=" + std::to_string(max_context),
+        "layout.block_size=" + std::to_string(block),
+        "layout.blocks_per_chunk=4",
+        "cache.host_bytes=1GiB",
+        std::string("connector.enabled=") + (offload ? "true" : "false")};
+  };
+  try {
+    Server off(exe, sets(false));
+    Server on(exe, sets(true));
+    std::mt19937_64 rng(7);
+    std::vector<std::string> history(o.users);
+    for (std::string& h : history) h = document(rng, o.history_tokens);
+    std::vector<double> ttft_on, ttft_off;
+    for (uint32_t turn = 0; turn < o.turns; ++turn) {
+      for (uint32_t u = 0; u < o.users; ++u) {
+        const std::string prompt = history[u] + "\nuser: " + document(rng, o.message_tokens);
+        const auto [t_off, text_off] = off.complete(prompt, o.answer_tokens);
+        const auto [t_on, text_on] = on.complete(prompt, o.answer_tokens);
+        if (text_on != text_off) throw std::runtime_error("outputs differ with the cache on and off");
+        // The first turn computes every document on both servers: not a returning user.
+        if (turn > 0) {
+          ttft_off.push_back(t_off);
+          ttft_on.push_back(t_on);
+        }
+        history[u] = prompt + "\nassistant: " + text_on;
+      }
+    }
+    const double p50_off = percentile(ttft_off, 0.5), p50_on = percentile(ttft_on, 0.5);
+    for (bool cache : {false, true}) {
+      nlohmann::ordered_json row{{"bench", "workload"},
+                                 {"cache", cache ? "on" : "off"},
+                                 {"users", o.users},
+                                 {"turns", o.turns},
+                                 {"history_tokens", o.history_tokens},
+                                 {"ttft_p50_ms", cache ? p50_on : p50_off},
+                                 {"ttft_p99_ms", percentile(cache ? ttft_on : ttft_off, 0.99)}};
+      if (cache) row["ratio"] = p50_on > 0 ? p50_off / p50_on : 0;
+      emit(out, o.json, row);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "bench workload: " << e.what() << "\n";
+    return 1;
+  }
+  // H1/H2: from a worker's SIGKILL to the first 503.
+  try {
+    auto s = sets(true);
+    s.push_back("engine.world_size=2");
+    Server server(exe, s);
+    std::vector<pid_t> workers;
+    for (pid_t core : children_of(server.pid())) {
+      for (pid_t w : children_of(core)) workers.push_back(w);
+    }
+    if (workers.empty()) throw std::runtime_error("no worker process found");
+    const auto t0 = BenchClock::now();
+    ::kill(workers.back(), SIGKILL);
+    while (server.health() != 503) {
+      if (ms_since(t0) > 10000) throw std::runtime_error("/health never answered 503");
+    }
+    emit(out, o.json, nlohmann::ordered_json{{"bench", "workload_kill"}, {"kill_to_503_ms", ms_since(t0)},
+                                             {"target_ms", 100}});
+  } catch (const std::exception& e) {
+    std::cerr << "bench workload: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace kvtier::bench
