@@ -15,5 +15,6 @@ using Action = std::function<int(const Config&)>;
 
 Action add_bench_command(CLI::App& app);
 Action add_config_command(CLI::App& app);
+Action add_server_command(CLI::App& app);
 
 }  // namespace kvtier::cli

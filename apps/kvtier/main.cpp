@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
                  "Override one field, e.g. --set transfer.max_batch_descriptors=1024 "
                  "(repeatable; wins over the file and KVTIER_* variables)");
   const kvtier::cli::Action actions[] = {kvtier::cli::add_bench_command(app),
-                                         kvtier::cli::add_config_command(app)};
+                                         kvtier::cli::add_config_command(app),
+                                         kvtier::cli::add_server_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -54,6 +54,13 @@ class HostDevice final : public Device {
                   std::span<const CopyDescriptor> descriptors) override;
   void launch_host_func(StreamHandle stream, std::function<void()> fn) override;
 
+  // Makes memory the caller owns and keeps mapped (e.g. a shared-memory mapping of another
+  // process's KV cache) usable as device memory, the role CUDA IPC handles play on a GPU. The
+  // device never frees it; release_adopted_memory() forgets it (std::invalid_argument for a
+  // range that was not adopted). The caller must not unmap it while copies may touch it.
+  DeviceAddress adopt_device_memory(void* ptr, size_t bytes);
+  void release_adopted_memory(void* ptr);
+
   // Test support: returns once every stream is idle, or blocked on an event that has not
   // completed, or blocked on a closed Gate. After it returns, any copy that could run has run.
   void quiesce();
@@ -67,7 +74,10 @@ class HostDevice final : public Device {
   struct Range {
     size_t bytes;
     bool device;  // device memory (true) or registered host memory (false)
+    bool adopted = false;  // device memory the caller owns (adopt_device_memory)
   };
+
+  DeviceAddress add_range(void* ptr, size_t bytes, Range range, const char* what);
 
   void run_stream(Stream* stream);
   bool in_range(DeviceAddress addr, uint64_t bytes, bool device) const;  // requires mu_

@@ -67,7 +67,7 @@ HostDevice::~HostDevice() {
   }
   for (auto& s : all) s->thread.join();
   for (auto& [addr, range] : ranges_) {
-    if (range.device) std::free(reinterpret_cast<void*>(addr));
+    if (range.device && !range.adopted) std::free(reinterpret_cast<void*>(addr));
   }
 }
 
@@ -86,15 +86,15 @@ DeviceAddress HostDevice::allocate(size_t bytes) {
 void HostDevice::free(DeviceAddress addr) {
   std::lock_guard lock(mu_);
   auto it = ranges_.find(addr);
-  if (it == ranges_.end() || !it->second.device) {
+  if (it == ranges_.end() || !it->second.device || it->second.adopted) {
     throw std::invalid_argument("HostDevice::free: not a device allocation");
   }
   ranges_.erase(it);
   std::free(reinterpret_cast<void*>(addr));
 }
 
-DeviceAddress HostDevice::register_host(void* ptr, size_t bytes) {
-  if (!ptr || bytes == 0) throw std::invalid_argument("HostDevice::register_host: empty range");
+DeviceAddress HostDevice::add_range(void* ptr, size_t bytes, Range range, const char* what) {
+  if (!ptr || bytes == 0) throw std::invalid_argument(std::string(what) + ": empty range");
   std::lock_guard lock(mu_);
   const auto addr = reinterpret_cast<DeviceAddress>(ptr);
   auto next = ranges_.lower_bound(addr);
@@ -102,10 +102,27 @@ DeviceAddress HostDevice::register_host(void* ptr, size_t bytes) {
   const bool overlaps_prev =
       next != ranges_.begin() && std::prev(next)->first + std::prev(next)->second.bytes > addr;
   if (overlaps_next || overlaps_prev) {
-    throw std::invalid_argument("HostDevice::register_host: range overlaps a registered range");
+    throw std::invalid_argument(std::string(what) + ": range overlaps a registered range");
   }
-  ranges_[addr] = Range{bytes, false};
+  ranges_[addr] = range;
   return addr;
+}
+
+DeviceAddress HostDevice::register_host(void* ptr, size_t bytes) {
+  return add_range(ptr, bytes, Range{bytes, false}, "HostDevice::register_host");
+}
+
+DeviceAddress HostDevice::adopt_device_memory(void* ptr, size_t bytes) {
+  return add_range(ptr, bytes, Range{bytes, true, true}, "HostDevice::adopt_device_memory");
+}
+
+void HostDevice::release_adopted_memory(void* ptr) {
+  std::lock_guard lock(mu_);
+  auto it = ranges_.find(reinterpret_cast<DeviceAddress>(ptr));
+  if (it == ranges_.end() || !it->second.adopted) {
+    throw std::invalid_argument("HostDevice::release_adopted_memory: not adopted memory");
+  }
+  ranges_.erase(it);
 }
 
 void HostDevice::unregister_host(void* ptr) {
