@@ -54,8 +54,9 @@ void ClientImpl::on_pong(uint64_t boot_id) {
 void ClientImpl::on_server_lost(const std::string& why) {
   // A disconnect with a transfer outstanding: nothing proves the server's copies stopped, so
   // outstanding transfers are Unprovable (F7); other requests fail as unavailable.
-  lose_outstanding("server lost: " + why);
+  // The state changes first, so that whoever sees a lost transfer's future sees DEGRADED too.
   if (health().state != ClientState::kShutdown) set_state(ClientState::kDegraded, why);
+  lose_outstanding("server lost: " + why);
 }
 
 void ClientImpl::on_registration_lost() {
@@ -67,8 +68,8 @@ void ClientImpl::on_registration_lost() {
 
 void ClientImpl::on_shutdown_event() {
   registered_ = false;
-  lose_outstanding("server shut down");
   set_state(ClientState::kShutdown, "server shut down");
+  lose_outstanding("server shut down");
 }
 
 void ClientImpl::send_register() {
