@@ -38,10 +38,10 @@ struct TransferConfig {
 };
 
 struct CacheConfig {
-  std::string mode = "local";  // "local": in-process host pool | "server": kvtierd
   uint64_t host_bytes = uint64_t{1} << 30;
   std::string eviction = "lru";  // a name make_eviction_policy() accepts: "lru" | "arc"
   std::string shm_name;          // empty: anonymous memory
+  std::string mode = "local";    // "local": in-process host pool | "server": kvtierd
 
   bool operator==(const CacheConfig&) const = default;
 };
@@ -77,8 +77,8 @@ struct LayoutConfig {
 struct Config {
   TransferConfig transfer;
   CacheConfig cache;
-  ServerConfig server;
   LayoutConfig layout;
+  ServerConfig server;
 
   // Every field within its rule and the layout valid; for configurations built in code (a
   // loaded one has passed already). The message names the field.
