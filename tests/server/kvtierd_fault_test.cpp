@@ -44,7 +44,11 @@ class RawPeer {
 
 class KvtierdFaultTest : public ::testing::Test {
  protected:
-  void start() { server_ = std::make_unique<KvtierdProcess>(endpoint_, fast_server_settings()); }
+  void start(std::vector<std::string> extra = {}) {
+    std::vector<std::string> settings = fast_server_settings();
+    settings.insert(settings.end(), extra.begin(), extra.end());
+    server_ = std::make_unique<KvtierdProcess>(endpoint_, settings);
+  }
   std::unique_ptr<CacheClient> connect(SharedKvRegion& region,
                                        std::optional<server::ClientOptions> options = {}) {
     auto client = std::make_unique<CacheClient>(options.value_or(fast_client(endpoint_)),
@@ -186,6 +190,22 @@ TEST_F(KvtierdFaultTest, H7_ServerRestartMakesTheClientDegradedThenRecovered) {
   EXPECT_EQ(client->store(2, 0, test_keys(70, 1), consecutive_blocks(0, 1, 4)).get().outcome,
             Outcome::kCompleted);
   EXPECT_FALSE(client->fail_stopped());
+}
+
+TEST_F(KvtierdFaultTest, H7_ServerThatStopsAnsweringIsDegradedWithinTwoHeartbeats) {
+  start({"server.client_timeout_s=30"});  // the pause must not get the client reaped
+  SharedKvRegion region;
+  auto client = connect(region);
+  const uint64_t boot = client->health().server_boot_id;
+  server_->pause();  // connected, but answers nothing: only the PING deadline can see it
+  const auto paused = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return client->health().state == ClientState::kDegraded; }, 2s));
+  EXPECT_LT(std::chrono::steady_clock::now() - paused, 400ms);  // two 100 ms intervals + slack
+  server_->resume();
+  ASSERT_TRUE(client->wait_until_ok(5s)) << client->health().reason;
+  EXPECT_EQ(client->health().server_boot_id, boot);  // same process: the session was kept
+  EXPECT_EQ(client->store(1, 0, test_keys(80, 1), consecutive_blocks(0, 1, 4)).get().outcome,
+            Outcome::kCompleted);
 }
 
 }  // namespace

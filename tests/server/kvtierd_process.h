@@ -62,6 +62,9 @@ class KvtierdProcess {
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+  // SIGSTOP / SIGCONT: a server that is alive and connected but answers nothing.
+  void pause() { ::kill(pid_, SIGSTOP); }
+  void resume() { ::kill(pid_, SIGCONT); }
   // Waits (bounded) for the process to exit; its exit status, or nullopt on timeout.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
     const auto end = std::chrono::steady_clock::now() + timeout;

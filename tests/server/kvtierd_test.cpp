@@ -122,7 +122,7 @@ TEST_F(KvtierdTest, LockLimitAndRequestLimitGetErrorReplies) {
 }
 
 TEST_F(KvtierdTest, DisconnectedClientHasItsLocksReleased) {
-  start();
+  start({"server.lock_ttl_s=60"});  // the lock cannot simply expire meanwhile
   SharedKvRegion region_a, region_b;
   auto a = connect(region_a);
   auto b = connect(region_b);
@@ -131,7 +131,7 @@ TEST_F(KvtierdTest, DisconnectedClientHasItsLocksReleased) {
   ASSERT_TRUE(a->lookup(keys, 60s).get());
   EXPECT_EQ(stat(*b, "locks"), 1u);
   a.reset();  // gone without UNREGISTER: silent past server.client_timeout_s
-  EXPECT_TRUE(eventually([&] { return stat(*b, "locks") == 0; }));
+  EXPECT_TRUE(eventually([&] { return stat(*b, "locks") == 0; }, 5s));
   EXPECT_EQ(stat(*b, "slots_pinned"), 0u);
   EXPECT_EQ(stat(*b, "cache_audit_ok"), 1u);
 }
