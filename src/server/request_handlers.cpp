@@ -3,6 +3,7 @@
 // may raise only before it changes cache state; CacheService::handle() turns that into an
 // "internal" error reply.
 #include <stdexcept>
+#include <thread>
 
 #include "cache_service.h"
 
@@ -27,6 +28,9 @@ std::string_view code_for(ErrorCode code) {
 void CacheService::dispatch(const std::string& client, const Request& r) {
   ++counters_[std::string("op_") + std::string(to_string(r.op))];
   if (r.hook == "throw") throw std::runtime_error("test hook 'throw'");
+  if (r.hook == "stall") {  // a slow handler: the socket loop must keep serving meanwhile
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
   if (r.hook == "no_reply") {  // deliberately breaks F11, to test client deadlines
     ++counters_["swallowed"];
     return;

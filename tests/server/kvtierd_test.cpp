@@ -152,6 +152,22 @@ TEST_F(KvtierdTest, LiveIdleClientIsNeverReaped) {
   EXPECT_TRUE(found) << found.error().message;  // still registered: not_registered otherwise
 }
 
+TEST_F(KvtierdTest, SlowHandlerNeverBlocksTheSocketLoop) {
+  start();
+  SharedKvRegion region, other_region;
+  auto client = connect(region);
+  auto other = connect(other_region);
+  auto slow = client->call(server::Request{.op = server::Op::kStats, .hook = "stall"}, 5s);
+  // PINGs and bad frames are the socket loop's own: answered while the handler runs.
+  for (int i = 0; i < 5; ++i) {
+    auto pong = other->ping().get();
+    ASSERT_TRUE(pong) << pong.error().message;
+  }
+  EXPECT_NE(slow.wait_for(0s), std::future_status::ready);  // the slow handler still runs
+  EXPECT_EQ(other->health().state, ClientState::kOk);      // heartbeats kept it OK
+  EXPECT_TRUE(slow.get());
+}
+
 TEST_F(KvtierdTest, ShutdownDrainsAndClientsHearIt) {
   start();
   SharedKvRegion region;

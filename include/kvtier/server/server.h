@@ -25,7 +25,8 @@ namespace kvtier::server {
 
 struct ServerOptions {
   Config config;
-  // Honour the "hook" field of requests (tests only): throw, no_reply, hang_copies.
+  // Honour the "hook" field of requests (tests only): throw, no_reply, stall (a handler that
+  // takes 2 s), hang_copies, fail_copies.
   bool test_hooks = false;
 };
 
