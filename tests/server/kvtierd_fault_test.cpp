@@ -77,6 +77,8 @@ TEST_F(KvtierdFaultTest, F11_HandlerThatThrowsStillGetsOneErrorReply) {
   TransferResult r = client->store(1, 0, test_keys(1, 1), consecutive_blocks(0, 1, 4), "throw").get();
   EXPECT_EQ(r.outcome, Outcome::kFailed) << r.error;
   EXPECT_EQ(stat(*client, "handler_errors"), 2u);  // and the server keeps serving
+  EXPECT_EQ(stat(*client, "slots_pending"), 0u);   // F12: the failed request held nothing
+  EXPECT_EQ(stat(*client, "cache_audit_ok"), 1u);
 }
 
 TEST_F(KvtierdFaultTest, F11_BadFramesGetErrorRepliesAndOthersAreStillServed) {
@@ -117,6 +119,7 @@ TEST_F(KvtierdFaultTest, F11_BadFramesGetErrorRepliesAndOthersAreStillServed) {
   EXPECT_EQ(reply->code, server::codes::kUnknownOp);
   EXPECT_EQ(reply->id, 78u);
   EXPECT_EQ(stat(*client, "rejected_frames"), 6u);
+  EXPECT_EQ(stat(*client, "cache_audit_ok"), 1u);  // F12
 }
 
 TEST_F(KvtierdFaultTest, F11_FailedStoreIsAnsweredFailedAndNeverPublished) {
@@ -167,6 +170,8 @@ TEST_F(KvtierdFaultTest, F8_ServerThatNeverRepliesIsUnprovableAtTheDeadlineNotBe
   EXPECT_GE(resolved - submitted, options.transfer_deadline);  // not before the deadline
   EXPECT_TRUE(client->fail_stopped());
   EXPECT_EQ(client->health().state, ClientState::kOk);  // the server itself is alive
+  EXPECT_EQ(stat(*client, "slots_pending"), 0u);         // F12: the swallowed store held nothing
+  EXPECT_EQ(stat(*client, "cache_audit_ok"), 1u);
 }
 
 TEST_F(KvtierdFaultTest, H7_ServerRestartMakesTheClientDegradedThenRecovered) {
@@ -190,6 +195,7 @@ TEST_F(KvtierdFaultTest, H7_ServerRestartMakesTheClientDegradedThenRecovered) {
   EXPECT_EQ(client->store(2, 0, test_keys(70, 1), consecutive_blocks(0, 1, 4)).get().outcome,
             Outcome::kCompleted);
   EXPECT_FALSE(client->fail_stopped());
+  EXPECT_EQ(stat(*client, "cache_audit_ok"), 1u);  // F12 on the new server
 }
 
 TEST_F(KvtierdFaultTest, H7_ServerThatStopsAnsweringIsDegradedWithinTwoHeartbeats) {
@@ -206,6 +212,8 @@ TEST_F(KvtierdFaultTest, H7_ServerThatStopsAnsweringIsDegradedWithinTwoHeartbeat
   EXPECT_EQ(client->health().server_boot_id, boot);  // same process: the session was kept
   EXPECT_EQ(client->store(1, 0, test_keys(80, 1), consecutive_blocks(0, 1, 4)).get().outcome,
             Outcome::kCompleted);
+  EXPECT_EQ(stat(*client, "slots_pending"), 0u);  // F12
+  EXPECT_EQ(stat(*client, "cache_audit_ok"), 1u);
 }
 
 }  // namespace
