@@ -37,7 +37,7 @@ class RedisProcess {
       if (context_) redisFree(context_);
       context_ = nullptr;
       int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) break;  // it exited
+      if (waitpid(pid_, &status, WNOHANG) == pid_) break;          // it exited
       std::this_thread::sleep_for(std::chrono::milliseconds(10));  // waiting for its socket
     }
     stop();

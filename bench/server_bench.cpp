@@ -3,8 +3,6 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -12,6 +10,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "kvtier/server/client.h"
@@ -55,7 +54,8 @@ struct KvRegion {
   server::Registration registration() const {
     server::GroupTensors t{.num_blocks = num_blocks};
     for (uint32_t l = 0; l < layout.groups[0].layers; ++l) t.offsets.push_back(l * tensor_bytes);
-    return {.rank = 0, .layout = layout, .memory = {.shm_name = name, .bytes = bytes, .groups = {t}}};
+    return {
+        .rank = 0, .layout = layout, .memory = {.shm_name = name, .bytes = bytes, .groups = {t}}};
   }
   // The layer pieces of chunk c, in host-slot order ([layer][block]), as an LMCache-style
   // backend gathers them into one value.
@@ -112,7 +112,8 @@ double kvtier_transfer(server::CacheClient& client, const KvRegion& region, uint
   return s;
 }
 
-double kvtier_lookups(server::CacheClient& client, size_t lookups, uint64_t round, uint32_t num_chunks) {
+double kvtier_lookups(server::CacheClient& client, size_t lookups, uint64_t round,
+                      uint32_t num_chunks) {
   std::deque<std::future<Result<server::LookupReply>>> window;
   const auto t0 = Clock::now();
   for (size_t i = 0; i < lookups; ++i) {
@@ -229,14 +230,18 @@ int run_server_bench(const ServerBenchOptions& options, std::ostream& out) {
   for (size_t chunk_bytes : options.chunk_bytes) {
     const KvLayout layout = bench_layout(chunk_bytes);
     const KvGroup& g = layout.groups[0];
-    const uint32_t num_chunks = static_cast<uint32_t>(std::max<size_t>(1, options.total_bytes / g.chunk_bytes()));
+    const uint32_t num_chunks =
+        static_cast<uint32_t>(std::max<size_t>(1, options.total_bytes / g.chunk_bytes()));
     KvRegion region(layout, num_chunks * g.blocks_per_chunk);
 
     Config config;
     config.server.endpoint = "ipc:///tmp/kvtier-bench-" + std::to_string(getpid()) + ".sock";
-    config.layout = LayoutConfig{.device_layout = layout.device_layout, .layers = g.layers,
-                                 .kv_heads = g.kv_heads, .head_dim = g.head_dim,
-                                 .dtype_bytes = g.dtype_bytes, .block_size = g.block_size,
+    config.layout = LayoutConfig{.device_layout = layout.device_layout,
+                                 .layers = g.layers,
+                                 .kv_heads = g.kv_heads,
+                                 .head_dim = g.head_dim,
+                                 .dtype_bytes = g.dtype_bytes,
+                                 .block_size = g.block_size,
                                  .blocks_per_chunk = g.blocks_per_chunk};
     // Room for one round: after the warm-up round every store reuses warm slots, evicting the
     // previous round's chunks (LRU), as a full cache does in steady state.
@@ -261,12 +266,18 @@ int run_server_bench(const ServerBenchOptions& options, std::ostream& out) {
         freeReplyObject(redisCommand(redis->context(), "FLUSHALL"));
         ++round;
         for (int r = 0; r < options.repeat; ++r, ++round) {
-          store.kvtier_s = std::min(store.kvtier_s, kvtier_transfer(client, region, num_chunks, round, true));
-          store.redis_s = std::min(store.redis_s, redis_transfer(redis->context(), region, num_chunks, round, true));
-          retrieve.kvtier_s = std::min(retrieve.kvtier_s, kvtier_transfer(client, region, num_chunks, round, false));
-          retrieve.redis_s = std::min(retrieve.redis_s, redis_transfer(redis->context(), region, num_chunks, round, false));
-          lookup.kvtier_s = std::min(lookup.kvtier_s, kvtier_lookups(client, options.lookups, round, num_chunks));
-          lookup.redis_s = std::min(lookup.redis_s, redis_lookups(redis->context(), options.lookups, round, num_chunks));
+          store.kvtier_s =
+              std::min(store.kvtier_s, kvtier_transfer(client, region, num_chunks, round, true));
+          store.redis_s = std::min(
+              store.redis_s, redis_transfer(redis->context(), region, num_chunks, round, true));
+          retrieve.kvtier_s = std::min(retrieve.kvtier_s,
+                                       kvtier_transfer(client, region, num_chunks, round, false));
+          retrieve.redis_s = std::min(
+              retrieve.redis_s, redis_transfer(redis->context(), region, num_chunks, round, false));
+          lookup.kvtier_s =
+              std::min(lookup.kvtier_s, kvtier_lookups(client, options.lookups, round, num_chunks));
+          lookup.redis_s = std::min(
+              lookup.redis_s, redis_lookups(redis->context(), options.lookups, round, num_chunks));
           freeReplyObject(redisCommand(redis->context(), "FLUSHALL"));
         }
         for (const Row& row : {store, retrieve, lookup}) print(row, options.json, out);

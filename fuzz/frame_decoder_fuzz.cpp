@@ -18,8 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     auto again = decode_request(as_bytes(encode_request(*request)), DecodeLimits{});
     if (!again || again->id != request->id || again->op != request->op) std::abort();
-    const bool keyed = request->op == Op::kLookup || request->op == Op::kStore ||
-                       request->op == Op::kRetrieve;
+    const bool keyed =
+        request->op == Op::kLookup || request->op == Op::kStore || request->op == Op::kRetrieve;
     if (keyed && again->keys != request->keys) std::abort();
   }
   static_cast<void>(decode_reply(frame));

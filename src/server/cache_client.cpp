@@ -1,11 +1,11 @@
 // CacheClient: the public calls and the I/O thread (requests, replies, deadlines). The
 // heartbeat and registration logic is in client_heartbeat.cpp.
-#include "client_impl.h"
-
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <random>
+
+#include "client_impl.h"
 
 namespace kvtier::server {
 namespace {
@@ -22,8 +22,8 @@ std::string random_routing_id() {
 }
 
 TransferResult transfer_result(JobId job, Direction direction, Outcome outcome, std::string error) {
-  return TransferResult{.job = job, .direction = direction, .outcome = outcome,
-                        .error = std::move(error)};
+  return TransferResult{
+      .job = job, .direction = direction, .outcome = outcome, .error = std::move(error)};
 }
 
 ErrorCode error_code_of(std::string_view code) {
@@ -89,8 +89,8 @@ void ClientImpl::enqueue(Call call) {
   if (call.needs_ok) {
     const ClientHealth h = health();
     if (h.state != ClientState::kOk) {  // H7: skipped, nothing sent
-      call.on_end(End::kNotSent, nullptr, "skipped: cache server " +
-                                              std::string(to_string(h.state)) + ": " + h.reason);
+      call.on_end(End::kNotSent, nullptr,
+                  "skipped: cache server " + std::string(to_string(h.state)) + ": " + h.reason);
       return;
     }
   }
@@ -153,8 +153,9 @@ ClientImpl::Call ClientImpl::plain_call(Request request, Duration timeout, bool 
     } else if (end == End::kReply) {
       done(make_error(error_code_of(reply->code), reply->code + ": " + reply->message));
     } else {
-      done(make_error(end == End::kDeadline ? ErrorCode::kDeadlineExceeded : ErrorCode::kUnavailable,
-                      std::move(why)));
+      done(
+          make_error(end == End::kDeadline ? ErrorCode::kDeadlineExceeded : ErrorCode::kUnavailable,
+                     std::move(why)));
     }
   };
   return call;
@@ -185,7 +186,8 @@ void ClientImpl::run() {
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now);
     zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, std::max(std::chrono::milliseconds(0), wait + std::chrono::milliseconds(1)));
+    zmq::poll(items, 2,
+              std::max(std::chrono::milliseconds(0), wait + std::chrono::milliseconds(1)));
     uint64_t count;
     while (read(wake_fd_, &count, sizeof count) > 0) {
     }
@@ -268,15 +270,21 @@ CacheClient::CacheClient(ClientOptions options, Registration registration)
     : impl_(std::make_unique<ClientImpl>(std::move(options), std::move(registration))) {}
 CacheClient::~CacheClient() = default;
 
-ClientHealth CacheClient::health() const { return impl_->health(); }
-bool CacheClient::fail_stopped() const { return impl_->health().fail_stopped; }
-bool CacheClient::wait_until_ok(Duration timeout) const { return impl_->wait_until_ok(timeout); }
+ClientHealth CacheClient::health() const {
+  return impl_->health();
+}
+bool CacheClient::fail_stopped() const {
+  return impl_->health().fail_stopped;
+}
+bool CacheClient::wait_until_ok(Duration timeout) const {
+  return impl_->wait_until_ok(timeout);
+}
 
-std::future<Result<LookupReply>> CacheClient::lookup(std::vector<ChunkKey> keys, Duration lock_for) {
+std::future<Result<LookupReply>> CacheClient::lookup(std::vector<ChunkKey> keys,
+                                                     Duration lock_for) {
   Request r{.op = Op::kLookup};
   r.keys = std::move(keys);
-  r.lock_ms = static_cast<uint64_t>(
-      std::chrono::ceil<std::chrono::milliseconds>(lock_for).count());
+  r.lock_ms = static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(lock_for).count());
   auto p = std::make_shared<std::promise<Result<LookupReply>>>();
   auto future = p->get_future();
   impl_->enqueue(impl_->plain_call(std::move(r), impl_->options().request_timeout, true,
@@ -292,7 +300,8 @@ std::future<Result<LookupReply>> CacheClient::lookup(std::vector<ChunkKey> keys,
   return future;
 }
 
-std::future<TransferResult> CacheClient::store(JobId job, uint32_t group, std::vector<ChunkKey> keys,
+std::future<TransferResult> CacheClient::store(JobId job, uint32_t group,
+                                               std::vector<ChunkKey> keys,
                                                std::vector<std::vector<uint32_t>> blocks,
                                                std::string hook) {
   Request r{.op = Op::kStore, .hook = std::move(hook)};
@@ -356,6 +365,8 @@ std::future<Result<Reply>> CacheClient::ping() {
   return call(Request{.op = Op::kPing}, impl_->options().request_timeout);
 }
 
-std::future<Status> CacheClient::shutdown_server() { return status_call(Request{.op = Op::kShutdown}); }
+std::future<Status> CacheClient::shutdown_server() {
+  return status_call(Request{.op = Op::kShutdown});
+}
 
 }  // namespace kvtier::server

@@ -51,7 +51,9 @@ CacheService::~CacheService() {
   for (auto& m : retained_memory_) m.release();
 }
 
-void CacheService::start() { thread_ = std::thread([this] { run(); }); }
+void CacheService::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void CacheService::post(Envelope envelope) {
   {
@@ -186,9 +188,10 @@ void CacheService::fail_session(const std::string& client, Session& session,
   for (const auto& [job, p] : session.pending) jobs.push_back(job);
   for (JobId job : jobs) {
     const PendingTransfer& p = session.pending.at(job);
-    finish(client, session,
-           TransferResult{.job = job, .direction = p.direction, .outcome = Outcome::kUnprovable,
-                          .error = why});
+    finish(
+        client, session,
+        TransferResult{
+            .job = job, .direction = p.direction, .outcome = Outcome::kUnprovable, .error = why});
   }
   session.quarantined = true;
 }
@@ -222,7 +225,8 @@ void CacheService::destroy_session(Session& session) {
   session.memory.reset();
 }
 
-void CacheService::ok(const std::string& client, uint64_t id, std::map<std::string, uint64_t> fields) {
+void CacheService::ok(const std::string& client, uint64_t id,
+                      std::map<std::string, uint64_t> fields) {
   Reply r;
   r.id = id;
   r.fields = std::move(fields);

@@ -3,14 +3,13 @@
 // the I/O thread.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <zmq.hpp>
 
 #include "kvtier/server/client.h"
 

@@ -1,18 +1,16 @@
-// MessagePack codec of the kvtierd protocol. Decoding is defensive: sizes are checked before
-// allocation (unpack limits, the frame cap), every field's type is checked, and nothing throws
-// out of decode_request / decode_reply.
-#include <msgpack.hpp>
-
+// MessagePack decoding of kvtierd frames (encoding: protocol_encode.cpp). Decoding is defensive:
+// sizes are checked before allocation (unpack limits, the frame cap), every field's type is
+// checked, and nothing throws out of decode_request / decode_reply.
 #include <cstring>
+#include <msgpack.hpp>
 
 #include "kvtier/server/protocol.h"
 
 namespace kvtier::server {
 namespace {
 
-constexpr std::string_view kOpNames[] = {"REGISTER", "UNREGISTER", "LOOKUP",   "STORE",
-                                         "RETRIEVE", "RELEASE",    "PING",     "STATS",
-                                         "SHUTDOWN"};
+constexpr std::string_view kOpNames[] = {"REGISTER", "UNREGISTER", "LOOKUP", "STORE",   "RETRIEVE",
+                                         "RELEASE",  "PING",       "STATS",  "SHUTDOWN"};
 
 // A decode failure: "<code>: <what>".
 std::unexpected<Error> bad(std::string_view code, std::string what) {
@@ -58,7 +56,8 @@ Result<std::span<const msgpack::object>> as_array(const msgpack::object& o, std:
 // Calls on(key, value) for each entry of a map with string keys.
 template <class F>
 Status for_each_field(const msgpack::object& o, std::string_view what, F&& on) {
-  if (o.type != msgpack::type::MAP) return bad(codes::kMalformed, std::string(what) + " must be a map");
+  if (o.type != msgpack::type::MAP)
+    return bad(codes::kMalformed, std::string(what) + " must be a map");
   for (uint32_t i = 0; i < o.via.map.size; ++i) {
     const msgpack::object_kv& kv = o.via.map.ptr[i];
     if (kv.key.type != msgpack::type::STR) {
@@ -116,84 +115,88 @@ Result<std::vector<std::vector<uint32_t>>> decode_blocks(const msgpack::object& 
 Result<KvGroup> decode_group(const msgpack::object& o) {
   KvGroup g;
   const std::pair<std::string_view, uint32_t KvGroup::*> members[] = {
-      {"layers", &KvGroup::layers},           {"kv_heads", &KvGroup::kv_heads},
-      {"head_dim", &KvGroup::head_dim},       {"dtype_bytes", &KvGroup::dtype_bytes},
-      {"block_size", &KvGroup::block_size},   {"blocks_per_chunk", &KvGroup::blocks_per_chunk}};
-  Status st = for_each_field(o, "layout group", [&](std::string_view key, const msgpack::object& v) -> Status {
-    for (const auto& [name, member] : members) {
-      if (key != name) continue;
-      auto n = as_uint(v, name, UINT32_MAX);
-      if (!n) return std::unexpected(n.error());
-      g.*member = static_cast<uint32_t>(*n);
-    }
-    return {};
-  });
+      {"layers", &KvGroup::layers},         {"kv_heads", &KvGroup::kv_heads},
+      {"head_dim", &KvGroup::head_dim},     {"dtype_bytes", &KvGroup::dtype_bytes},
+      {"block_size", &KvGroup::block_size}, {"blocks_per_chunk", &KvGroup::blocks_per_chunk}};
+  Status st = for_each_field(o, "layout group",
+                             [&](std::string_view key, const msgpack::object& v) -> Status {
+                               for (const auto& [name, member] : members) {
+                                 if (key != name) continue;
+                                 auto n = as_uint(v, name, UINT32_MAX);
+                                 if (!n) return std::unexpected(n.error());
+                                 g.*member = static_cast<uint32_t>(*n);
+                               }
+                               return {};
+                             });
   if (!st) return std::unexpected(st.error());
   return g;
 }
 
 Result<KvLayout> decode_layout(const msgpack::object& o) {
   KvLayout layout;
-  Status st = for_each_field(o, "layout", [&](std::string_view key, const msgpack::object& v) -> Status {
-    if (key == "device_layout") {
-      auto name = as_str(v, key, 32);
-      if (!name) return std::unexpected(name.error());
-      auto parsed = parse_device_layout(*name);
-      if (!parsed) return bad(codes::kMalformed, "unknown device_layout '" + *name + "'");
-      layout.device_layout = *parsed;
-    } else if (key == "groups") {
-      auto groups = as_array(v, key, kMaxGroups);
-      if (!groups) return std::unexpected(groups.error());
-      for (const msgpack::object& g : *groups) {
-        auto group = decode_group(g);
-        if (!group) return std::unexpected(group.error());
-        layout.groups.push_back(*group);
-      }
-    }
-    return {};
-  });
+  Status st =
+      for_each_field(o, "layout", [&](std::string_view key, const msgpack::object& v) -> Status {
+        if (key == "device_layout") {
+          auto name = as_str(v, key, 32);
+          if (!name) return std::unexpected(name.error());
+          auto parsed = parse_device_layout(*name);
+          if (!parsed) return bad(codes::kMalformed, "unknown device_layout '" + *name + "'");
+          layout.device_layout = *parsed;
+        } else if (key == "groups") {
+          auto groups = as_array(v, key, kMaxGroups);
+          if (!groups) return std::unexpected(groups.error());
+          for (const msgpack::object& g : *groups) {
+            auto group = decode_group(g);
+            if (!group) return std::unexpected(group.error());
+            layout.groups.push_back(*group);
+          }
+        }
+        return {};
+      });
   if (!st) return std::unexpected(st.error());
   return layout;
 }
 
 Result<SharedKvMemory> decode_memory(const msgpack::object& o) {
   SharedKvMemory mem;
-  Status st = for_each_field(o, "memory", [&](std::string_view key, const msgpack::object& v) -> Status {
-    if (key == "shm_name") {
-      auto name = as_str(v, key, 255);
-      if (!name) return std::unexpected(name.error());
-      mem.shm_name = std::move(*name);
-    } else if (key == "bytes") {
-      auto n = as_uint(v, key);
-      if (!n) return std::unexpected(n.error());
-      mem.bytes = *n;
-    } else if (key == "groups") {
-      auto groups = as_array(v, key, kMaxGroups);
-      if (!groups) return std::unexpected(groups.error());
-      for (const msgpack::object& g : *groups) {
-        GroupTensors tensors;
-        Status gs = for_each_field(g, "memory group", [&](std::string_view gk, const msgpack::object& gv) -> Status {
-          if (gk == "num_blocks") {
-            auto n = as_uint(gv, gk, UINT32_MAX);
-            if (!n) return std::unexpected(n.error());
-            tensors.num_blocks = static_cast<uint32_t>(*n);
-          } else if (gk == "offsets") {
-            auto items = as_array(gv, gk, kMaxTensorsPerGroup);
-            if (!items) return std::unexpected(items.error());
-            for (const msgpack::object& off : *items) {
-              auto n = as_uint(off, gk);
-              if (!n) return std::unexpected(n.error());
-              tensors.offsets.push_back(*n);
-            }
+  Status st =
+      for_each_field(o, "memory", [&](std::string_view key, const msgpack::object& v) -> Status {
+        if (key == "shm_name") {
+          auto name = as_str(v, key, 255);
+          if (!name) return std::unexpected(name.error());
+          mem.shm_name = std::move(*name);
+        } else if (key == "bytes") {
+          auto n = as_uint(v, key);
+          if (!n) return std::unexpected(n.error());
+          mem.bytes = *n;
+        } else if (key == "groups") {
+          auto groups = as_array(v, key, kMaxGroups);
+          if (!groups) return std::unexpected(groups.error());
+          for (const msgpack::object& g : *groups) {
+            GroupTensors tensors;
+            Status gs = for_each_field(
+                g, "memory group", [&](std::string_view gk, const msgpack::object& gv) -> Status {
+                  if (gk == "num_blocks") {
+                    auto n = as_uint(gv, gk, UINT32_MAX);
+                    if (!n) return std::unexpected(n.error());
+                    tensors.num_blocks = static_cast<uint32_t>(*n);
+                  } else if (gk == "offsets") {
+                    auto items = as_array(gv, gk, kMaxTensorsPerGroup);
+                    if (!items) return std::unexpected(items.error());
+                    for (const msgpack::object& off : *items) {
+                      auto n = as_uint(off, gk);
+                      if (!n) return std::unexpected(n.error());
+                      tensors.offsets.push_back(*n);
+                    }
+                  }
+                  return {};
+                });
+            if (!gs) return std::unexpected(gs.error());
+            mem.groups.push_back(std::move(tensors));
           }
-          return {};
-        });
-        if (!gs) return std::unexpected(gs.error());
-        mem.groups.push_back(std::move(tensors));
-      }
-    }
-    return {};
-  });
+        }
+        return {};
+      });
   if (!st) return std::unexpected(st.error());
   return mem;
 }
@@ -247,7 +250,9 @@ Status check_required(const Request& r, const std::map<std::string_view, bool>& 
 
 }  // namespace
 
-std::string_view to_string(Op op) { return kOpNames[static_cast<size_t>(op)]; }
+std::string_view to_string(Op op) {
+  return kOpNames[static_cast<size_t>(op)];
+}
 
 std::optional<Op> parse_op(std::string_view name) {
   for (size_t i = 0; i < std::size(kOpNames); ++i) {
@@ -291,56 +296,57 @@ Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLim
   std::optional<uint64_t> version;
   std::optional<std::string> op_name;
   std::map<std::string_view, bool> seen;
-  Status st = for_each_field(root, "request", [&](std::string_view key, const msgpack::object& v) -> Status {
-    seen[key] = true;
-    if (key == "v") {
-      auto n = as_uint(v, key);
-      if (!n) return std::unexpected(n.error());
-      version = *n;
-    } else if (key == "id") {
-      auto n = as_uint(v, key);
-      if (!n) return std::unexpected(n.error());
-      r.id = *n;
-      if (request_id) *request_id = *n;
-    } else if (key == "op") {
-      auto s = as_str(v, key, 32);
-      if (!s) return std::unexpected(s.error());
-      op_name = std::move(*s);
-    } else if (key == "hook") {
-      auto s = as_str(v, key, 64);
-      if (!s) return std::unexpected(s.error());
-      r.hook = std::move(*s);
-    } else if (key == "rank") {
-      auto n = as_uint(v, key, UINT32_MAX);
-      if (!n) return std::unexpected(n.error());
-      r.rank = static_cast<uint32_t>(*n);
-    } else if (key == "layout") {
-      auto layout = decode_layout(v);
-      if (!layout) return std::unexpected(layout.error());
-      r.layout = std::move(*layout);
-    } else if (key == "memory") {
-      auto mem = decode_memory(v);
-      if (!mem) return std::unexpected(mem.error());
-      r.memory = std::move(*mem);
-    } else if (key == "keys") {
-      auto keys = decode_keys(v);
-      if (!keys) return std::unexpected(keys.error());
-      r.keys = std::move(*keys);
-    } else if (key == "blocks") {
-      auto blocks = decode_blocks(v);
-      if (!blocks) return std::unexpected(blocks.error());
-      r.blocks = std::move(*blocks);
-    } else if (key == "lock_ms" || key == "lock") {
-      auto n = as_uint(v, key);
-      if (!n) return std::unexpected(n.error());
-      (key == "lock" ? r.lock : r.lock_ms) = *n;
-    } else if (key == "group") {
-      auto n = as_uint(v, key, UINT32_MAX);
-      if (!n) return std::unexpected(n.error());
-      r.group = static_cast<uint32_t>(*n);
-    }  // other keys are ignored (forward compatibility)
-    return {};
-  });
+  Status st = for_each_field(root, "request",
+                             [&](std::string_view key, const msgpack::object& v) -> Status {
+                               seen[key] = true;
+                               if (key == "v") {
+                                 auto n = as_uint(v, key);
+                                 if (!n) return std::unexpected(n.error());
+                                 version = *n;
+                               } else if (key == "id") {
+                                 auto n = as_uint(v, key);
+                                 if (!n) return std::unexpected(n.error());
+                                 r.id = *n;
+                                 if (request_id) *request_id = *n;
+                               } else if (key == "op") {
+                                 auto s = as_str(v, key, 32);
+                                 if (!s) return std::unexpected(s.error());
+                                 op_name = std::move(*s);
+                               } else if (key == "hook") {
+                                 auto s = as_str(v, key, 64);
+                                 if (!s) return std::unexpected(s.error());
+                                 r.hook = std::move(*s);
+                               } else if (key == "rank") {
+                                 auto n = as_uint(v, key, UINT32_MAX);
+                                 if (!n) return std::unexpected(n.error());
+                                 r.rank = static_cast<uint32_t>(*n);
+                               } else if (key == "layout") {
+                                 auto layout = decode_layout(v);
+                                 if (!layout) return std::unexpected(layout.error());
+                                 r.layout = std::move(*layout);
+                               } else if (key == "memory") {
+                                 auto mem = decode_memory(v);
+                                 if (!mem) return std::unexpected(mem.error());
+                                 r.memory = std::move(*mem);
+                               } else if (key == "keys") {
+                                 auto keys = decode_keys(v);
+                                 if (!keys) return std::unexpected(keys.error());
+                                 r.keys = std::move(*keys);
+                               } else if (key == "blocks") {
+                                 auto blocks = decode_blocks(v);
+                                 if (!blocks) return std::unexpected(blocks.error());
+                                 r.blocks = std::move(*blocks);
+                               } else if (key == "lock_ms" || key == "lock") {
+                                 auto n = as_uint(v, key);
+                                 if (!n) return std::unexpected(n.error());
+                                 (key == "lock" ? r.lock : r.lock_ms) = *n;
+                               } else if (key == "group") {
+                                 auto n = as_uint(v, key, UINT32_MAX);
+                                 if (!n) return std::unexpected(n.error());
+                                 r.group = static_cast<uint32_t>(*n);
+                               }  // other keys are ignored (forward compatibility)
+                               return {};
+                             });
   if (!st) return std::unexpected(st.error());
   if (!seen.contains("id")) return bad(codes::kMalformed, "missing field 'id'");
   if (!version) return bad(codes::kMalformed, "missing field 'v'");
@@ -357,110 +363,31 @@ Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLim
   return r;
 }
 
-std::string encode_request(const Request& r) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
-  const bool keyed = r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve;
-  const bool moves = r.op == Op::kStore || r.op == Op::kRetrieve;
-  uint32_t n = 3 + (r.hook.empty() ? 0 : 1);
-  if (r.op == Op::kRegister) n += 3;
-  if (keyed) n += 1;
-  if (r.op == Op::kLookup) n += 1;
-  if (moves) n += 2;
-  if (r.op == Op::kRetrieve || r.op == Op::kRelease) n += 1;
-  pk.pack_map(n);
-  pk.pack("v"), pk.pack(kProtocolVersion);
-  pk.pack("id"), pk.pack(r.id);
-  pk.pack("op"), pk.pack(std::string(to_string(r.op)));
-  if (!r.hook.empty()) pk.pack("hook"), pk.pack(r.hook);
-  if (r.op == Op::kRegister) {
-    pk.pack("rank"), pk.pack(r.rank);
-    pk.pack("layout");
-    pk.pack_map(2);
-    pk.pack("device_layout"), pk.pack(std::string(to_string(r.layout.device_layout)));
-    pk.pack("groups");
-    pk.pack_array(static_cast<uint32_t>(r.layout.groups.size()));
-    for (const KvGroup& g : r.layout.groups) {
-      pk.pack_map(6);
-      pk.pack("layers"), pk.pack(g.layers);
-      pk.pack("kv_heads"), pk.pack(g.kv_heads);
-      pk.pack("head_dim"), pk.pack(g.head_dim);
-      pk.pack("dtype_bytes"), pk.pack(g.dtype_bytes);
-      pk.pack("block_size"), pk.pack(g.block_size);
-      pk.pack("blocks_per_chunk"), pk.pack(g.blocks_per_chunk);
-    }
-    pk.pack("memory");
-    pk.pack_map(3);
-    pk.pack("shm_name"), pk.pack(r.memory.shm_name);
-    pk.pack("bytes"), pk.pack(r.memory.bytes);
-    pk.pack("groups");
-    pk.pack_array(static_cast<uint32_t>(r.memory.groups.size()));
-    for (const GroupTensors& g : r.memory.groups) {
-      pk.pack_map(2);
-      pk.pack("offsets"), pk.pack(g.offsets);
-      pk.pack("num_blocks"), pk.pack(g.num_blocks);
-    }
-  }
-  if (keyed) {
-    pk.pack("keys");
-    pk.pack_array(static_cast<uint32_t>(r.keys.size()));
-    for (const ChunkKey& k : r.keys) {
-      char bytes[16];
-      std::memcpy(bytes, &k.lo, 8);
-      std::memcpy(bytes + 8, &k.hi, 8);
-      pk.pack_bin(16);
-      pk.pack_bin_body(bytes, 16);
-    }
-  }
-  if (r.op == Op::kLookup) pk.pack("lock_ms"), pk.pack(r.lock_ms);
-  if (moves) {
-    pk.pack("group"), pk.pack(r.group);
-    pk.pack("blocks"), pk.pack(r.blocks);
-  }
-  if (r.op == Op::kRetrieve || r.op == Op::kRelease) pk.pack("lock"), pk.pack(r.lock);
-  return std::string(buf.data(), buf.size());
-}
-
-std::string encode_reply(const Reply& r) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
-  uint32_t n = 3 + static_cast<uint32_t>(r.fields.size()) + (r.ok ? 0 : 2) + (r.event.empty() ? 0 : 1);
-  pk.pack_map(n);
-  pk.pack("v"), pk.pack(kProtocolVersion);
-  pk.pack("id"), pk.pack(r.id);
-  pk.pack("ok"), pk.pack(r.ok);
-  if (!r.ok) {
-    pk.pack("code"), pk.pack(r.code);
-    pk.pack("msg"), pk.pack(r.message.substr(0, kMaxErrorMessage));
-  }
-  if (!r.event.empty()) pk.pack("event"), pk.pack(r.event);
-  for (const auto& [k, v] : r.fields) pk.pack(k), pk.pack(v);
-  return std::string(buf.data(), buf.size());
-}
-
 Result<Reply> decode_reply(std::span<const std::byte> frame) {
   auto handle = unpack_one(frame);
   if (!handle) return std::unexpected(handle.error());
   Reply r;
   bool has_ok = false;
-  Status st = for_each_field(handle->get(), "reply", [&](std::string_view key, const msgpack::object& v) -> Status {
-    if (key == "ok") {
-      if (v.type != msgpack::type::BOOLEAN) return bad(codes::kMalformed, "'ok' must be a boolean");
-      r.ok = v.via.boolean;
-      has_ok = true;
-    } else if (key == "code" || key == "msg" || key == "event") {
-      auto s = as_str(v, key, kMaxErrorMessage);
-      if (!s) return std::unexpected(s.error());
-      (key == "code" ? r.code : key == "msg" ? r.message : r.event) = std::move(*s);
-    } else if (key == "id") {
-      auto n = as_uint(v, key);
-      if (!n) return std::unexpected(n.error());
-      r.id = *n;
-    } else if (v.type == msgpack::type::POSITIVE_INTEGER) {
-      r.fields[std::string(key)] = v.via.u64;
-    }
-    return {};
-  });
+  Status st = for_each_field(
+      handle->get(), "reply", [&](std::string_view key, const msgpack::object& v) -> Status {
+        if (key == "ok") {
+          if (v.type != msgpack::type::BOOLEAN)
+            return bad(codes::kMalformed, "'ok' must be a boolean");
+          r.ok = v.via.boolean;
+          has_ok = true;
+        } else if (key == "code" || key == "msg" || key == "event") {
+          auto s = as_str(v, key, kMaxErrorMessage);
+          if (!s) return std::unexpected(s.error());
+          (key == "code" ? r.code : key == "msg" ? r.message : r.event) = std::move(*s);
+        } else if (key == "id") {
+          auto n = as_uint(v, key);
+          if (!n) return std::unexpected(n.error());
+          r.id = *n;
+        } else if (v.type == msgpack::type::POSITIVE_INTEGER) {
+          r.fields[std::string(key)] = v.via.u64;
+        }
+        return {};
+      });
   if (!st) return std::unexpected(st.error());
   if (!has_ok) return bad(codes::kMalformed, "reply without 'ok'");
   return r;

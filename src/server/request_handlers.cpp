@@ -35,8 +35,8 @@ void CacheService::dispatch(const std::string& client, const Request& r) {
     ++counters_["swallowed"];
     return;
   }
-  const bool new_work = r.op == Op::kRegister || r.op == Op::kLookup || r.op == Op::kStore ||
-                        r.op == Op::kRetrieve;
+  const bool new_work =
+      r.op == Op::kRegister || r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve;
   if (draining_ && new_work) {
     error(client, r.id, codes::kShuttingDown, "kvtierd is shutting down");
     return;
@@ -147,8 +147,8 @@ void CacheService::handle_lookup(const std::string& client, const Request& r) {
     if (!pinned) throw std::logic_error("lookup hits not loadable: " + pinned.error().message);
     const Duration ttl = std::min(Duration(std::chrono::milliseconds(r.lock_ms)),
                                   seconds_to_duration(options_.config.server.lock_ttl_s));
-    lock_id = locks_.add(
-        ReadLock{.client = client, .keys = std::move(keys), .expires = SteadyClock::instance().now() + ttl});
+    lock_id = locks_.add(ReadLock{
+        .client = client, .keys = std::move(keys), .expires = SteadyClock::instance().now() + ttl});
   }
   ok(client, r.id,
      {{"hits", found.hit_chunks}, {"pending", found.pending ? 1u : 0u}, {"lock", lock_id}});
@@ -156,17 +156,17 @@ void CacheService::handle_lookup(const std::string& client, const Request& r) {
 
 Status CacheService::check_chunks(const Session& s, const Request& r) const {
   if (r.group >= s.layout.groups.size()) {
-    return make_error(ErrorCode::kInvalidArgument, "group " + std::to_string(r.group) +
-                                                       " is not in the registered layout");
+    return make_error(ErrorCode::kInvalidArgument,
+                      "group " + std::to_string(r.group) + " is not in the registered layout");
   }
   const uint32_t per_chunk = s.layout.groups[r.group].blocks_per_chunk;
   const uint32_t num_blocks = s.memory->addresses().groups[r.group].num_blocks;
   for (size_t i = 0; i < r.blocks.size(); ++i) {
     if (r.blocks[i].size() != per_chunk) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "chunk " + std::to_string(i) + " lists " +
-                            std::to_string(r.blocks[i].size()) + " blocks, the layout needs " +
-                            std::to_string(per_chunk));
+      return make_error(ErrorCode::kInvalidArgument, "chunk " + std::to_string(i) + " lists " +
+                                                         std::to_string(r.blocks[i].size()) +
+                                                         " blocks, the layout needs " +
+                                                         std::to_string(per_chunk));
     }
     for (uint32_t b : r.blocks[i]) {
       if (b >= num_blocks) {
@@ -201,7 +201,8 @@ void CacheService::handle_transfer(const std::string& client, const Request& r) 
     }
     for (size_t i = 0, p = 0; i < r.keys.size() && p < plan->keys.size(); ++i) {
       if (r.keys[i] != plan->keys[p]) continue;
-      chunks.push_back(ChunkTransfer{.group = r.group, .blocks = r.blocks[i], .slot = plan->slots[p]});
+      chunks.push_back(
+          ChunkTransfer{.group = r.group, .blocks = r.blocks[i], .slot = plan->slots[p]});
       ++p;
     }
     pending.direction = Direction::kStore;
@@ -236,9 +237,11 @@ void CacheService::submit(const std::string& client, Session& s, const Request& 
   if (r.hook == "hang_copies" && fault_) {
     // The copies of this transfer hang on the client's memory until the process ends: a
     // transfer held in flight deterministically (tests kill the server meanwhile).
-    fault_->set_plan(FaultPlan::rules({FaultRule{.call = fault_->counts().copy_calls, .hang = true}}));
+    fault_->set_plan(
+        FaultPlan::rules({FaultRule{.call = fault_->counts().copy_calls, .hang = true}}));
   } else if (r.hook == "fail_copies" && fault_) {  // a device fault before any copy: Failed
-    fault_->set_plan(FaultPlan::rules({FaultRule{.call = fault_->counts().copy_calls, .fail_at = 0}}));
+    fault_->set_plan(
+        FaultPlan::rules({FaultRule{.call = fault_->counts().copy_calls, .fail_at = 0}}));
   }
   s.pending.emplace(job, std::move(pending));
   try {

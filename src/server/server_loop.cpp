@@ -1,12 +1,11 @@
 // kvtierd's socket loop: owns the ROUTER socket, rejects bad frames itself, answers PING,
 // enforces per-client limits, tracks client liveness, and forwards replies the cache service
 // produces. It never runs a handler, so a slow handler never blocks it.
-#include <zmq.hpp>
-#include <zmq_addon.hpp>
-
 #include <chrono>
 #include <map>
 #include <random>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include "cache_service.h"
 #include "kvtier/server/server.h"
@@ -70,8 +69,8 @@ Status Server::run() {
   router.set(zmq::sockopt::linger, 200);
   // Frames past 16x max_frame_bytes are dropped by the transport with the connection (the
   // memory bound); frames past max_frame_bytes get a too_large error reply.
-  router.set(zmq::sockopt::maxmsgsize,
-             static_cast<int64_t>(std::min<uint64_t>(config.server.max_frame_bytes * 16, INT32_MAX)));
+  router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(std::min<uint64_t>(
+                                           config.server.max_frame_bytes * 16, INT32_MAX)));
   try {
     router.bind(config.server.endpoint);
   } catch (const zmq::error_t& e) {
@@ -173,7 +172,8 @@ Status Server::run() {
     }
     for (size_t n = 0; n < kMaxMessagesPerWakeup; ++n) {
       std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(replies, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
+      if (!zmq::recv_multipart(replies, std::back_inserter(parts), zmq::recv_flags::dontwait))
+        break;
       const std::string client = parts.at(0).to_string();
       if (client.empty()) {
         drained = true;

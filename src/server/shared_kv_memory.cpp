@@ -13,8 +13,9 @@ namespace {
 
 // Bytes one tensor of group `g` spans on the device.
 size_t tensor_bytes(const KvLayout& layout, const KvGroup& g, uint32_t num_blocks) {
-  return size_t{num_blocks} *
-         (layout.device_layout == DeviceLayout::kPerLayer ? g.layer_block_bytes() : g.block_bytes());
+  return size_t{num_blocks} * (layout.device_layout == DeviceLayout::kPerLayer
+                                   ? g.layer_block_bytes()
+                                   : g.block_bytes());
 }
 
 Status check_fits(const SharedKvMemory& memory, const KvLayout& layout) {
@@ -34,7 +35,8 @@ Status check_fits(const SharedKvMemory& memory, const KvLayout& layout) {
                             " tensor offsets, got " + std::to_string(t.offsets.size()));
     }
     if (t.num_blocks == 0) {
-      return make_error(ErrorCode::kInvalidArgument, "group " + std::to_string(i) + " has no blocks");
+      return make_error(ErrorCode::kInvalidArgument,
+                        "group " + std::to_string(i) + " has no blocks");
     }
     const size_t span = tensor_bytes(layout, g, t.num_blocks);
     for (uint64_t offset : t.offsets) {

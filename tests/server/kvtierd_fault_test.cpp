@@ -1,6 +1,7 @@
 // kvtierd's fault contract against a real server process: exactly one terminal reply (F11),
 // deadlines (F8), Unprovable on a lost server (F7), DEGRADED and recovery across a restart (H7).
 #include <gtest/gtest.h>
+
 #include <zmq.hpp>
 
 #include "kvtierd_process.h"
@@ -74,7 +75,8 @@ TEST_F(KvtierdFaultTest, F11_HandlerThatThrowsStillGetsOneErrorReply) {
   EXPECT_EQ(reply.error().code, ErrorCode::kInternal) << reply.error().message;
   EXPECT_NE(reply.error().message.find("handler raised"), std::string::npos);
   // A throwing handler of a transfer: the future is Failed (an error reply), not Unprovable.
-  TransferResult r = client->store(1, 0, test_keys(1, 1), consecutive_blocks(0, 1, 4), "throw").get();
+  TransferResult r =
+      client->store(1, 0, test_keys(1, 1), consecutive_blocks(0, 1, 4), "throw").get();
   EXPECT_EQ(r.outcome, Outcome::kFailed) << r.error;
   EXPECT_EQ(stat(*client, "handler_errors"), 2u);  // and the server keeps serving
   EXPECT_EQ(stat(*client, "slots_pending"), 0u);   // F12: the failed request held nothing
@@ -147,7 +149,7 @@ TEST_F(KvtierdFaultTest, F7_ServerKilledMidTransferIsUnprovableNeverCompleted) {
   // The server's copies on the client's memory are in flight (hung) ...
   ASSERT_TRUE(eventually([&] { return stat(*watcher, "injected_hangs") == 1; }));
   EXPECT_EQ(stat(*watcher, "transfers_in_flight"), 1u);
-  server_->kill_now();  // ... when the server dies.
+  server_->kill_now();                   // ... when the server dies.
   ASSERT_TRUE(ready_within(store, 2s));  // within two heartbeats of 100 ms, plus slack
   TransferResult r = store.get();
   EXPECT_EQ(r.outcome, Outcome::kUnprovable) << r.error;
@@ -170,7 +172,7 @@ TEST_F(KvtierdFaultTest, F8_ServerThatNeverRepliesIsUnprovableAtTheDeadlineNotBe
   EXPECT_GE(resolved - submitted, options.transfer_deadline);  // not before the deadline
   EXPECT_TRUE(client->fail_stopped());
   EXPECT_EQ(client->health().state, ClientState::kOk);  // the server itself is alive
-  EXPECT_EQ(stat(*client, "slots_pending"), 0u);         // F12: the swallowed store held nothing
+  EXPECT_EQ(stat(*client, "slots_pending"), 0u);        // F12: the swallowed store held nothing
   EXPECT_EQ(stat(*client, "cache_audit_ok"), 1u);
 }
 

@@ -27,7 +27,7 @@ inline std::string unique_endpoint() {
 
 // The layout of tests/support/transfer_rig.h's small_layout (per-layer, 4 blocks per chunk).
 inline std::vector<std::string> small_layout_settings() {
-  return {"layout.layers=3",     "layout.kv_heads=2",   "layout.head_dim=8",
+  return {"layout.layers=3",      "layout.kv_heads=2",   "layout.head_dim=8",
           "layout.dtype_bytes=2", "layout.block_size=4", "layout.blocks_per_chunk=4"};
 }
 

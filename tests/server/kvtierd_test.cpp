@@ -79,8 +79,9 @@ TEST_F(KvtierdTest, BadRegistrationIsRefusedWithAReason) {
   server::Registration reg = region.registration();
   reg.memory.bytes += 1;  // does not match the object's size
   CacheClient client(fast_client(server_->endpoint()), reg);
-  ASSERT_TRUE(eventually([&] { return client.health().reason.find("refused") != std::string::npos; }))
-      << client.health().reason;
+  ASSERT_TRUE(eventually([&] {
+    return client.health().reason.find("refused") != std::string::npos;
+  })) << client.health().reason;
   EXPECT_EQ(client.health().state, ClientState::kDegraded);
   // Skipped while not OK: nothing sent, so Failed (not Unprovable) and no fail-stop.
   EXPECT_EQ(client.store(1, 0, test_keys(1, 1), consecutive_blocks(0, 1, 4)).get().outcome,
@@ -93,7 +94,8 @@ TEST_F(KvtierdTest, LookupLockHoldsKeysUntilReleased) {
   SharedKvRegion region;
   auto client = connect(region);
   const auto keys = test_keys(10, 2);
-  ASSERT_EQ(client->store(1, 0, keys, consecutive_blocks(0, 2, 4)).get().outcome, Outcome::kCompleted);
+  ASSERT_EQ(client->store(1, 0, keys, consecutive_blocks(0, 2, 4)).get().outcome,
+            Outcome::kCompleted);
   auto found = client->lookup(keys, 10s).get();
   ASSERT_TRUE(found);
   ASSERT_NE(found->lock, 0u);
@@ -108,7 +110,8 @@ TEST_F(KvtierdTest, LockLimitAndRequestLimitGetErrorReplies) {
   SharedKvRegion region;
   auto client = connect(region);
   const auto keys = test_keys(20, 2);
-  ASSERT_EQ(client->store(1, 0, keys, consecutive_blocks(0, 2, 4)).get().outcome, Outcome::kCompleted);
+  ASSERT_EQ(client->store(1, 0, keys, consecutive_blocks(0, 2, 4)).get().outcome,
+            Outcome::kCompleted);
   auto locked = client->lookup(keys, 10s).get();
   ASSERT_FALSE(locked);
   EXPECT_NE(locked.error().message.find("limit_exceeded"), std::string::npos);
@@ -164,7 +167,7 @@ TEST_F(KvtierdTest, SlowHandlerNeverBlocksTheSocketLoop) {
     ASSERT_TRUE(pong) << pong.error().message;
   }
   EXPECT_NE(slow.wait_for(0s), std::future_status::ready);  // the slow handler still runs
-  EXPECT_EQ(other->health().state, ClientState::kOk);      // heartbeats kept it OK
+  EXPECT_EQ(other->health().state, ClientState::kOk);       // heartbeats kept it OK
   EXPECT_TRUE(slow.get());
 }
 

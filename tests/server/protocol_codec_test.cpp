@@ -1,8 +1,8 @@
 // Codec unit tests: round trips, and every kind of bad frame is an error naming its protocol
 // error code (never a crash, never an exception).
 #include <gtest/gtest.h>
-#include <msgpack.hpp>
 
+#include <msgpack.hpp>
 #include <optional>
 
 #include "kvtier/server/protocol.h"

@@ -35,7 +35,8 @@ inline std::vector<std::vector<uint32_t>> consecutive_blocks(uint32_t start, siz
                                                              uint32_t per_chunk) {
   std::vector<std::vector<uint32_t>> out(chunks);
   for (size_t c = 0; c < chunks; ++c) {
-    for (uint32_t b = 0; b < per_chunk; ++b) out[c].push_back(start + static_cast<uint32_t>(c) * per_chunk + b);
+    for (uint32_t b = 0; b < per_chunk; ++b)
+      out[c].push_back(start + static_cast<uint32_t>(c) * per_chunk + b);
   }
   return out;
 }

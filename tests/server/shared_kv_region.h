@@ -31,7 +31,8 @@ class SharedKvRegion {
     if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
       throw std::runtime_error("SharedKvRegion: cannot create " + name_);
     }
-    base_ = static_cast<std::byte*>(mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    base_ =
+        static_cast<std::byte*>(mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     close(fd);
     if (base_ == MAP_FAILED) throw std::runtime_error("SharedKvRegion: mmap failed");
   }
@@ -42,7 +43,8 @@ class SharedKvRegion {
 
   server::Registration registration(uint32_t rank = 0) const {
     server::GroupTensors tensors{.num_blocks = num_blocks_};
-    for (uint32_t l = 0; l < layout_.groups[0].layers; ++l) tensors.offsets.push_back(l * tensor_bytes_);
+    for (uint32_t l = 0; l < layout_.groups[0].layers; ++l)
+      tensors.offsets.push_back(l * tensor_bytes_);
     return server::Registration{
         .rank = rank,
         .layout = layout_,
@@ -63,7 +65,8 @@ class SharedKvRegion {
     const size_t lb = layout_.groups[0].layer_block_bytes();
     for (uint32_t l = 0; l < layout_.groups[0].layers; ++l) {
       std::byte* p = base_ + l * tensor_bytes_ + block * lb;
-      for (size_t i = 0; i < lb; ++i) p[i] = static_cast<std::byte>((seed * 131 + l * 17 + i) & 0xff);
+      for (size_t i = 0; i < lb; ++i)
+        p[i] = static_cast<std::byte>((seed * 131 + l * 17 + i) & 0xff);
     }
   }
   const KvLayout& layout() const { return layout_; }

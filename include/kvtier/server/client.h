@@ -40,9 +40,9 @@ std::string_view to_string(ClientState state);
 
 struct ClientHealth {
   ClientState state = ClientState::kDegraded;
-  std::string reason;          // why not OK; empty when OK
-  bool fail_stopped = false;   // a transfer was Unprovable (F7): the engine must fail stop
-  uint64_t server_boot_id = 0; // of the server registered with; 0 before the first
+  std::string reason;           // why not OK; empty when OK
+  bool fail_stopped = false;    // a transfer was Unprovable (F7): the engine must fail stop
+  uint64_t server_boot_id = 0;  // of the server registered with; 0 before the first
 };
 
 struct ClientOptions {
@@ -92,8 +92,8 @@ class CacheClient {
                                     std::vector<std::vector<uint32_t>> blocks,
                                     std::string hook = {});
   std::future<TransferResult> retrieve(JobId job, uint32_t group, std::vector<ChunkKey> keys,
-                                       std::vector<std::vector<uint32_t>> blocks,
-                                       uint64_t lock = 0, std::string hook = {});
+                                       std::vector<std::vector<uint32_t>> blocks, uint64_t lock = 0,
+                                       std::string hook = {});
   std::future<Status> release(uint64_t lock);
   std::future<Result<Reply>> stats();
   std::future<Result<Reply>> ping();

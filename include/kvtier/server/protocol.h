@@ -33,8 +33,17 @@ inline constexpr size_t kMaxBlocksPerChunk = 65536;
 inline constexpr size_t kMaxGroups = 64;
 inline constexpr size_t kMaxTensorsPerGroup = 4096;
 
-enum class Op { kRegister, kUnregister, kLookup, kStore, kRetrieve, kRelease, kPing, kStats,
-                kShutdown };
+enum class Op {
+  kRegister,
+  kUnregister,
+  kLookup,
+  kStore,
+  kRetrieve,
+  kRelease,
+  kPing,
+  kStats,
+  kShutdown
+};
 
 std::string_view to_string(Op op);
 std::optional<Op> parse_op(std::string_view name);
@@ -53,7 +62,7 @@ inline constexpr std::string_view kResourceExhausted = "resource_exhausted";
 inline constexpr std::string_view kLimitExceeded = "limit_exceeded";
 inline constexpr std::string_view kBusy = "busy";  // e.g. UNREGISTER with transfers in flight
 inline constexpr std::string_view kTransferFailed = "transfer_failed";  // copies stopped
-inline constexpr std::string_view kUnprovable = "unprovable";  // copies may still run (F7)
+inline constexpr std::string_view kUnprovable = "unprovable";           // copies may still run (F7)
 inline constexpr std::string_view kShuttingDown = "shutting_down";
 inline constexpr std::string_view kInternal = "internal";  // a handler raised
 }  // namespace codes
@@ -83,15 +92,15 @@ struct Request {
   uint64_t lock_ms = 0;  // LOOKUP: hold a read lock on the hits this long (0: no lock)
   uint32_t group = 0;    // STORE / RETRIEVE
   std::vector<std::vector<uint32_t>> blocks;  // STORE / RETRIEVE: device blocks per key
-  uint64_t lock = 0;     // RETRIEVE (optional, released after pinning) / RELEASE
+  uint64_t lock = 0;  // RETRIEVE (optional, released after pinning) / RELEASE
 };
 
 struct Reply {
   uint64_t id = 0;
   bool ok = true;
-  std::string code;     // error replies
-  std::string message;  // error replies, at most kMaxErrorMessage bytes
-  std::string event;    // unsolicited events ("shutdown"), id 0
+  std::string code;                        // error replies
+  std::string message;                     // error replies, at most kMaxErrorMessage bytes
+  std::string event;                       // unsolicited events ("shutdown"), id 0
   std::map<std::string, uint64_t> fields;  // every other reply field (all unsigned integers)
 
   uint64_t field(std::string_view name, uint64_t fallback = 0) const;
