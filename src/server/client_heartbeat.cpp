@@ -1,10 +1,12 @@
 // CacheClient's heartbeat and registration (I/O thread only).
 //
 // One PING is outstanding at a time, sent every heartbeat interval with a deadline of one
-// interval: a server that died is noticed by the first PING after its death, at most two
-// intervals later (H7). A PONG carries the server's boot id; a different one than the client
+// interval: a server that died or hangs is noticed by the first PING after it, at most two
+// intervals later (H7), and the client turns DEGRADED. A PING that cannot be sent (the
+// connection is gone: the server process died) also loses every outstanding request, transfers
+// as Unprovable (F7). A PONG carries the server's boot id; a different one than the client
 // registered with means the server restarted and lost every session: outstanding requests are
-// lost (transfers Unprovable), and the client registers again.
+// lost the same way, and the client registers again.
 #include "client_impl.h"
 
 namespace kvtier::server {
@@ -30,9 +32,14 @@ void ClientImpl::heartbeat(TimePoint now) {
     ping_outstanding_ = false;
     if (end == End::kReply && reply->ok) {
       on_pong(reply->field("boot_id"));
+    } else if (end == End::kDeadline) {
+      // Slow or hung, but still connected: new loads and stores are skipped, while requests
+      // already sent keep waiting for their replies until their own deadlines (F8).
+      if (health().state != ClientState::kShutdown) {
+        set_state(ClientState::kDegraded, "no PING reply within the heartbeat interval");
+      }
     } else {
-      on_server_lost(end == End::kDeadline ? "no PING reply within the heartbeat interval"
-                                           : "server unreachable: " + why);
+      on_server_lost("server unreachable: " + why);
     }
   };
   send(std::move(ping));

@@ -150,7 +150,7 @@ TEST_F(KvtierdFaultTest, F7_ServerKilledMidTransferIsUnprovableNeverCompleted) {
   ASSERT_TRUE(eventually([&] { return stat(*watcher, "injected_hangs") == 1; }));
   EXPECT_EQ(stat(*watcher, "transfers_in_flight"), 1u);
   server_->kill_now();                   // ... when the server dies.
-  ASSERT_TRUE(ready_within(store, 2s));  // within two heartbeats of 100 ms, plus slack
+  ASSERT_TRUE(ready_within(store, 2s));  // long before the 5 s transfer deadline
   TransferResult r = store.get();
   EXPECT_EQ(r.outcome, Outcome::kUnprovable) << r.error;
   EXPECT_TRUE(client->fail_stopped());
@@ -184,8 +184,7 @@ TEST_F(KvtierdFaultTest, H7_ServerRestartMakesTheClientDegradedThenRecovered) {
   server_->kill_now();
   const auto killed = std::chrono::steady_clock::now();
   ASSERT_TRUE(eventually([&] { return client->health().state == ClientState::kDegraded; }, 2s));
-  // Within two heartbeat intervals (100 ms each), plus scheduling slack.
-  EXPECT_LT(std::chrono::steady_clock::now() - killed, 400ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 3 * kHeartbeat);  // two + slack
   // While degraded, loads and stores are skipped (Failed, nothing sent) and lookups miss.
   EXPECT_EQ(client->store(1, 0, test_keys(70, 1), consecutive_blocks(0, 1, 4)).get().outcome,
             Outcome::kFailed);
@@ -208,7 +207,7 @@ TEST_F(KvtierdFaultTest, H7_ServerThatStopsAnsweringIsDegradedWithinTwoHeartbeat
   server_->pause();  // connected, but answers nothing: only the PING deadline can see it
   const auto paused = std::chrono::steady_clock::now();
   ASSERT_TRUE(eventually([&] { return client->health().state == ClientState::kDegraded; }, 2s));
-  EXPECT_LT(std::chrono::steady_clock::now() - paused, 400ms);  // two 100 ms intervals + slack
+  EXPECT_LT(std::chrono::steady_clock::now() - paused, 3 * kHeartbeat);  // two + slack
   server_->resume();
   ASSERT_TRUE(client->wait_until_ok(5s)) << client->health().reason;
   EXPECT_EQ(client->health().server_boot_id, boot);  // same process: the session was kept

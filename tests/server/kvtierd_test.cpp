@@ -175,7 +175,8 @@ TEST_F(KvtierdTest, ShutdownDrainsAndClientsHearIt) {
   start();
   SharedKvRegion region;
   auto client = connect(region);
-  ASSERT_TRUE(client->shutdown_server().get());
+  Status down = client->shutdown_server().get();
+  ASSERT_TRUE(down) << down.error().to_string();
   EXPECT_TRUE(eventually([&] { return client->health().state == ClientState::kShutdown; }));
   EXPECT_EQ(server_->wait_exit(5s), std::optional<int>(0));
   // Skipped while shut down: no fail-stop, nothing sent.

@@ -10,9 +10,13 @@ namespace kvtier::testing {
 
 using namespace std::chrono_literals;
 
+// Short enough for quick tests, long enough that a loaded machine (sanitizers, parallel
+// ctest) answers every PING in time.
+inline constexpr auto kHeartbeat = 250ms;
+
 inline server::ClientOptions fast_client(const std::string& endpoint) {
   return server::ClientOptions{.endpoint = endpoint,
-                               .heartbeat_interval = 100ms,
+                               .heartbeat_interval = kHeartbeat,
                                .request_timeout = 2s,
                                .transfer_deadline = 5s,
                                .connect_timeout = 1s};
@@ -20,7 +24,7 @@ inline server::ClientOptions fast_client(const std::string& endpoint) {
 
 // Server settings that match fast_client: short heartbeats and client timeout.
 inline std::vector<std::string> fast_server_settings() {
-  return {"server.heartbeat_interval_s=0.1", "server.client_timeout_s=0.5",
+  return {"server.heartbeat_interval_s=0.25", "server.client_timeout_s=1",
           "cache.host_bytes=196608", "server.max_frame_bytes=4096"};  // 64 slots of 3 KiB
 }
 

@@ -9,11 +9,11 @@
 //   error reply (the server answers a failed transfer only after its copies on this client's
 //   memory stopped, F11) or when the request was never sent (cache degraded, no connection);
 //   Unprovable on an "unprovable" error reply, at the deadline, or when the server is lost
-//   (missed heartbeat, changed boot id) while it is outstanding. Unprovable means: keep the
+//   while it is outstanding (the connection is gone, or the boot id changed). Unprovable means: keep the
 //   blocks' leases forever and fail stop (F7); fail_stopped() turns true and stays.
 // - Health: OK while registered with a live server. A server that does not answer a PING
-//   within one heartbeat interval, or whose boot id changed, makes the client DEGRADED (so a
-//   dead server is seen within two intervals); while not OK, lookups fail with kUnavailable and
+//   within one heartbeat interval, that cannot be reached, or whose boot id changed makes the
+//   client DEGRADED (so a dead or hung server is seen within two intervals); while not OK, lookups fail with kUnavailable and
 //   stores/retrievals are Failed without being sent (the engine recomputes, H7). The client
 //   keeps pinging, re-registers with a server that came back, and turns OK again. A SHUTDOWN
 //   event from the server turns it SHUTDOWN until a server answers again.
