@@ -1,7 +1,9 @@
 // `kvtier bench server`: kvtierd (in-process server thread, a CacheClient over ZeroMQ ipc, the
 // payload through shared memory) against a local redis-server holding the same chunks the way
 // an LMCache-style Redis backend does (SET/GET of each chunk's bytes, pipelined), measured side
-// by side in one run for each chunk size and op (store, retrieve, lookup).
+// by side in one run for each chunk size and op: store, retrieve (GB/s), lookup (keys/s, one
+// key per LOOKUP) and lookup_prefix64 (keys/s, a 64-chunk prefix per LOOKUP); Redis runs one
+// EXISTS per key, pipelined, in both lookup rows.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +17,7 @@ struct ServerBenchOptions {
   bool json = false;
   size_t total_bytes = size_t{64} << 20;  // moved per measurement
   int repeat = 3;                         // measurements per side; the best of each is kept
-  size_t lookups = 20000;                 // single-key lookups per measurement
+  size_t lookups = 20000;                 // keys looked up per measurement
   std::vector<size_t> chunk_bytes = {256 << 10, 512 << 10, 1 << 20, 2 << 20};
   std::string redis_server = "redis-server";
 };
