@@ -239,6 +239,12 @@ void CacheService::submit(const std::string& client, Session& s, const Request& 
     // transfer held in flight deterministically (tests kill the server meanwhile).
     fault_->set_plan(
         FaultPlan::rules({FaultRule{.call = fault_->counts().copy_calls, .hang = true}}));
+  } else if (r.hook == "fail_partway" && fault_) {
+    // A device fault after the first descriptor was enqueued, and that copy hangs: the engine
+    // cannot show the copies stopped, so the reply must wait for its decision (Unprovable at
+    // the transfer deadline), never come at once as a plain failure (F11, F5).
+    fault_->set_plan(FaultPlan::rules(
+        {FaultRule{.call = fault_->counts().copy_calls, .fail_at = 1, .hang = true}}));
   } else if (r.hook == "fail_copies" && fault_) {  // a device fault before any copy: Failed
     fault_->set_plan(
         FaultPlan::rules({FaultRule{.call = fault_->counts().copy_calls, .fail_at = 0}}));

@@ -140,6 +140,32 @@ TEST_F(KvtierdFaultTest, F11_FailedStoreIsAnsweredFailedAndNeverPublished) {
   EXPECT_FALSE(client->fail_stopped());
 }
 
+TEST_F(KvtierdFaultTest, F11_FailedTransferIsAnsweredOnlyAfterItsCopiesStopped) {
+  start({"transfer.transfer_deadline_s=1"});  // the server's engine decides after 1 s
+  SharedKvRegion region, watcher_region;
+  auto client = connect(region);
+  auto watcher = connect(watcher_region);
+  const auto keys = test_keys(90, 2);
+  auto store = client->store(1, 0, keys, consecutive_blocks(0, 2, 4), "fail_partway");
+  // The submit failed after one copy was enqueued, and that copy still runs (hangs) ...
+  ASSERT_TRUE(eventually([&] { return stat(*watcher, "injected_hangs") == 1; }));
+  EXPECT_EQ(stat(*watcher, "transfers_in_flight"), 1u);
+  EXPECT_NE(store.wait_for(0s), std::future_status::ready);  // ... so no reply yet
+  // The engine cannot show the copies stopped: at its deadline the answer is "unprovable".
+  ASSERT_TRUE(ready_within(store, 4s));
+  TransferResult r = store.get();
+  EXPECT_EQ(r.outcome, Outcome::kUnprovable) << r.error;
+  EXPECT_NE(r.error.find("unprovable"), std::string::npos) << r.error;
+  EXPECT_TRUE(client->fail_stopped());
+  // F7/F12 on the server: the slots are quarantined, never freed, and the state audits clean.
+  EXPECT_EQ(stat(*watcher, "slots_quarantined"), 2u);
+  EXPECT_EQ(stat(*watcher, "slots_pending"), 0u);
+  EXPECT_EQ(stat(*watcher, "cache_audit_ok"), 1u);
+  auto found = watcher->lookup(keys).get();
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->hits, 0u);  // never published
+}
+
 TEST_F(KvtierdFaultTest, F7_ServerKilledMidTransferIsUnprovableNeverCompleted) {
   start();
   SharedKvRegion region, watcher_region;

@@ -26,7 +26,7 @@ namespace kvtier::server {
 struct ServerOptions {
   Config config;
   // Honour the "hook" field of requests (tests only): throw, no_reply, stall (a handler that
-  // takes 2 s), hang_copies, fail_copies.
+  // takes 2 s), hang_copies, fail_copies, fail_partway.
   bool test_hooks = false;
 };
 
