@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <hiredis.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@ class RedisProcess {
       : socket_("/tmp/kvtier-bench-redis-" + std::to_string(getpid()) + ".sock") {
     pid_ = fork();
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive this process
       const int devnull = open("/dev/null", O_WRONLY);
       if (devnull >= 0) {
         dup2(devnull, STDOUT_FILENO);
