@@ -357,6 +357,19 @@ std::future<Status> CacheClient::release(uint64_t lock) {
   return status_call(std::move(r));
 }
 
+std::future<Status> CacheClient::unregister() {
+  auto p = std::make_shared<std::promise<Status>>();
+  auto future = p->get_future();
+  impl_->enqueue(impl_->unregister_call([p](Result<Reply> r) {
+    if (r) {
+      p->set_value({});
+    } else {
+      p->set_value(std::unexpected(r.error()));
+    }
+  }));
+  return future;
+}
+
 std::future<Result<Reply>> CacheClient::stats() {
   return call(Request{.op = Op::kStats}, impl_->options().request_timeout);
 }

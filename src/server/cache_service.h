@@ -39,6 +39,7 @@ namespace kvtier::server {
 // Counters the socket loop keeps; STATS reports them.
 struct LoopCounters {
   std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> pings{0};  // answered by the loop
   std::atomic<uint64_t> rejected_frames{0};  // malformed, truncated, oversized, unknown op
   std::atomic<uint64_t> limit_rejections{0};
   std::atomic<uint64_t> clients_reaped{0};

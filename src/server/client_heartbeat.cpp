@@ -52,7 +52,7 @@ void ClientImpl::on_pong(uint64_t boot_id) {
     lose_outstanding("server restarted: its state is gone");
   }
   if (!registered_) {
-    if (!register_outstanding_) send_register();
+    if (!register_outstanding_ && keep_registered_) send_register();
     return;
   }
   if (health().state == ClientState::kDegraded) set_state(ClientState::kOk, "", boot_id);
@@ -77,6 +77,23 @@ void ClientImpl::on_shutdown_event() {
   registered_ = false;
   set_state(ClientState::kShutdown, "server shut down");
   lose_outstanding("server shut down");
+}
+
+ClientImpl::Call ClientImpl::unregister_call(std::function<void(Result<Reply>)> done) {
+  Call call = plain_call(Request{.op = Op::kUnregister}, options_.request_timeout, false, {});
+  call.on_end = [this, done = std::move(done)](End end, const Reply* reply, std::string why) {
+    if (end == End::kReply && reply->ok) {
+      registered_ = false;
+      keep_registered_ = false;
+      set_state(ClientState::kDegraded, "unregistered");
+      done(*reply);
+    } else if (end == End::kReply) {
+      done(make_error(ErrorCode::kFailedPrecondition, reply->code + ": " + reply->message));
+    } else {
+      done(make_error(ErrorCode::kUnavailable, std::move(why)));
+    }
+  };
+  return call;
 }
 
 void ClientImpl::send_register() {

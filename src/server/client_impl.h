@@ -41,6 +41,8 @@ class ClientImpl {
                      std::shared_ptr<std::promise<TransferResult>> promise);
   Call plain_call(Request request, Duration timeout, bool needs_ok,
                   std::function<void(Result<Reply>)> done);
+  // UNREGISTER; on success the I/O thread stops registering again.
+  Call unregister_call(std::function<void(Result<Reply>)> done);
 
  private:
   void run();
@@ -83,6 +85,7 @@ class ClientImpl {
   bool ping_outstanding_ = false;
   bool register_outstanding_ = false;
   bool registered_ = false;
+  bool keep_registered_ = true;  // false after unregister()
   uint64_t boot_id_ = 0;
 };
 

@@ -283,6 +283,7 @@ void CacheService::handle_stats(const std::string& client, const Request& r) {
   f["slots_quarantined"] = c.slots_quarantined;
   f["quarantined_bytes"] = c.quarantined_bytes;
   f["requests"] = loop_.requests.load();
+  f["pings"] = loop_.pings.load();
   f["rejected_frames"] = loop_.rejected_frames.load();
   f["limit_rejections"] = loop_.limit_rejections.load();
   f["clients_reaped"] = loop_.clients_reaped.load();

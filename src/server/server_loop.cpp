@@ -140,6 +140,7 @@ Status Server::run() {
       return;
     }
     if (request->op == Op::kPing && request->hook.empty()) {
+      ++counters.pings;
       Reply pong;
       pong.id = id;
       pong.fields = {{"boot_id", boot_id_}};

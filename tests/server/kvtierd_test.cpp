@@ -139,6 +139,30 @@ TEST_F(KvtierdTest, DisconnectedClientHasItsLocksReleased) {
   EXPECT_EQ(stat(*b, "cache_audit_ok"), 1u);
 }
 
+TEST_F(KvtierdTest, UnregisterReleasesLocksAndStaysUnregistered) {
+  start();
+  SharedKvRegion region_a, region_b;
+  auto a = connect(region_a);
+  auto b = connect(region_b);
+  const auto keys = test_keys(35, 2);
+  ASSERT_EQ(a->store(1, 0, keys, consecutive_blocks(0, 2, 4)).get().outcome, Outcome::kCompleted);
+  ASSERT_TRUE(a->lookup(keys, 60s).get());
+  EXPECT_EQ(stat(*b, "clients"), 2u);
+  Status done = a->unregister().get();
+  ASSERT_TRUE(done) << done.error().to_string();
+  EXPECT_EQ(stat(*b, "clients"), 1u);
+  EXPECT_EQ(stat(*b, "locks"), 0u);
+  EXPECT_EQ(stat(*b, "slots_pinned"), 0u);
+  EXPECT_EQ(a->health().state, ClientState::kDegraded);
+  EXPECT_EQ(a->health().reason, "unregistered");
+  // Heartbeats go on (both clients ping) but do not register it again.
+  const uint64_t pings = stat(*b, "pings");
+  const uint64_t registrations = stat(*b, "op_REGISTER");
+  ASSERT_TRUE(eventually([&] { return stat(*b, "pings") >= pings + 6; }));
+  EXPECT_EQ(stat(*b, "op_REGISTER"), registrations);
+  EXPECT_EQ(stat(*b, "clients"), 1u);
+}
+
 TEST_F(KvtierdTest, LiveIdleClientIsNeverReaped) {
   start();
   SharedKvRegion region_a, region_b;

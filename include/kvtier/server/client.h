@@ -9,14 +9,14 @@
 //   error reply (the server answers a failed transfer only after its copies on this client's
 //   memory stopped, F11) or when the request was never sent (cache degraded, no connection);
 //   Unprovable on an "unprovable" error reply, at the deadline, or when the server is lost
-//   while it is outstanding (the connection is gone, or the boot id changed). Unprovable means: keep the
-//   blocks' leases forever and fail stop (F7); fail_stopped() turns true and stays.
+//   while it is outstanding (the connection is gone, or the boot id changed). Unprovable means:
+//   keep the blocks' leases forever and fail stop (F7); fail_stopped() turns true and stays.
 // - Health: OK while registered with a live server. A server that does not answer a PING
 //   within one heartbeat interval, that cannot be reached, or whose boot id changed makes the
-//   client DEGRADED (so a dead or hung server is seen within two intervals); while not OK, lookups fail with kUnavailable and
-//   stores/retrievals are Failed without being sent (the engine recomputes, H7). The client
-//   keeps pinging, re-registers with a server that came back, and turns OK again. A SHUTDOWN
-//   event from the server turns it SHUTDOWN until a server answers again.
+//   client DEGRADED (so a dead or hung server is seen within two intervals); while not OK, lookups
+//   fail with kUnavailable and stores/retrievals are Failed without being sent (the engine
+//   recomputes, H7). The client keeps pinging, re-registers with a server that came back, and turns
+//   OK again. A SHUTDOWN event from the server turns it SHUTDOWN until a server answers again.
 // - Every connect and wait is bounded; the destructor resolves what is outstanding (transfers
 //   Unprovable) and returns promptly.
 // Thread-safety: every method may be called from any thread.
@@ -95,6 +95,10 @@ class CacheClient {
                                        std::vector<std::vector<uint32_t>> blocks, uint64_t lock = 0,
                                        std::string hook = {});
   std::future<Status> release(uint64_t lock);
+  // Ends the registration (the server drops this client's locks and mapping) and stops
+  // registering again: the client stays DEGRADED ("unregistered") until destroyed. Fails with
+  // "busy" while transfers are in flight.
+  std::future<Status> unregister();
   std::future<Result<Reply>> stats();
   std::future<Result<Reply>> ping();
   std::future<Status> shutdown_server();
