@@ -29,7 +29,7 @@ Action add_server_command(CLI::App& app) {
     running_server = &server;
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
-    std::cerr << "kvtierd: serving on " << config.server.endpoint << " (boot id " << std::hex
+    std::cerr << "kvtierd: starting on " << config.server.endpoint << " (boot id " << std::hex
               << server.boot_id() << std::dec << ")" << std::endl;
     const Status st = server.run();
     running_server = nullptr;
