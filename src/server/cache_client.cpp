@@ -94,15 +94,18 @@ void ClientImpl::enqueue(Call call) {
       return;
     }
   }
+  bool was_empty = false;
   {
     std::lock_guard lock(outbox_mu_);
     if (stop_.load()) {
       call.on_end(End::kLost, nullptr, "client is closing");
       return;
     }
+    was_empty = outbox_.empty();
     outbox_.push_back(std::move(call));
   }
-  wake();
+  // The I/O thread drains the eventfd before it takes the outbox, so one wake per batch.
+  if (was_empty) wake();
 }
 
 ClientHealth ClientImpl::health() const {

@@ -56,11 +56,15 @@ void CacheService::start() {
 }
 
 void CacheService::post(Envelope envelope) {
+  bool was_empty = false;
   {
     std::lock_guard lock(mu_);
+    was_empty = inbox_.empty();
     inbox_.push_back(std::move(envelope));
   }
-  wake_.notify_one();
+  // The service waits on a predicate that sees a non-empty inbox, so one wake per batch is
+  // enough.
+  if (was_empty) wake_.notify_one();
 }
 
 void CacheService::client_gone(std::string client) {
