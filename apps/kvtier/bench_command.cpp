@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "scheduler_bench.h"
 #include "tier_bench.h"
+#include "server_bench.h"
 #include "transfer_bench.h"
 #include "workload_bench.h"
 
@@ -83,8 +84,22 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::Range(64, 65536));
   workload->add_option("--world-size", work->world_size, "Workers per engine core (default 1)")
       ->check(CLI::Range(1, 8));
-  return [transfer, options, scheduler, sched, tiers, tier_options, workload,
-          work](const Config& config) -> int {
+  CLI::App* server = bench->add_subcommand(
+      "server", "kvtierd (ZeroMQ + shared memory) vs a local redis-server holding the same chunks");
+  auto server_options = std::make_shared<bench::ServerBenchOptions>();
+  server->add_flag("--json", server_options->json, "Print JSON Lines instead of a table");
+  server->add_option("--total-mib", [server_options](const CLI::results_t& r) {
+                       server_options->total_bytes = std::stoul(r[0]) << 20;
+                       return true;
+                     }, "MiB moved per measurement (default 64)")
+      ->check(CLI::Range(8, 4096));
+  server->add_option("--repeat", server_options->repeat, "Measurements per side; best kept (default 3)")
+      ->check(CLI::Range(1, 100));
+  server->add_option("--redis-server", server_options->redis_server,
+                     "redis-server binary (default: redis-server on PATH)");
+  return [transfer, options, scheduler, sched, tiers, tier_options, workload, work, server,
+          server_options](const Config& config) -> int {
+    if (server->parsed()) return bench::run_server_bench(*server_options, std::cout);
     if (scheduler->parsed()) return bench::run_scheduler_bench(*sched, std::cout);
     if (workload->parsed()) return bench::run_workload_bench(*work, std::cout);
     if (tiers->parsed()) return bench::run_tier_bench(*tier_options, std::cout);

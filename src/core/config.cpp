@@ -210,6 +210,12 @@ Status Config::validate() const {
                    std::to_string(tiers.probe_initial_s) + "), got " +
                    std::to_string(tiers.probe_max_s));
   }
+  if (server.client_timeout_s < 3 * server.heartbeat_interval_s) {
+    return invalid("server.client_timeout_s (" + std::to_string(server.client_timeout_s) +
+                   ") must be at least 3 x server.heartbeat_interval_s (" +
+                   std::to_string(server.heartbeat_interval_s) +
+                   "), or live idle clients would be reaped");
+  }
   return kv_layout().validate();
 }
 

@@ -59,6 +59,7 @@ const std::vector<Field>& config_fields() {
     constexpr Section<ModelSection> model{"model", &Config::model};
     constexpr Section<EngineConfig> engine{"engine", &Config::engine};
     constexpr Section<FaultsConfig> faults{"faults", &Config::faults};
+    constexpr Section<ServerConfig> server{"server", &Config::server};
     constexpr uint32_t kMaxU32 = std::numeric_limits<uint32_t>::max();
     return std::vector<Field>{
         transfer.field("transfer_deadline_s", &TransferConfig::transfer_deadline_s,
@@ -89,6 +90,9 @@ const std::vector<Field>& config_fields() {
         cache.field("shm_name", &CacheConfig::shm_name, text(),
                     "Name of the POSIX shared-memory object that backs the host pool; empty for "
                     "anonymous memory."),
+        cache.field("mode", &CacheConfig::mode, one_of({"local", "server"}),
+                    "Where the worker keeps offloaded chunks: an in-process host pool (local), or "
+                    "a kvtierd cache server at server.endpoint (server)."),
         connector.field("enabled", &ConnectorConfig::enabled, boolean(),
                         "Offload KV to the host cache and load it back; false serves without "
                         "kvtier (every prefix beyond the device cache is recomputed)."),
@@ -191,6 +195,36 @@ const std::vector<Field>& config_fields() {
         faults.field("record_failure_rate", &FaultsConfig::record_failure_rate, fraction(),
                      "Share of copy batches whose end marker cannot be recorded: Unprovable, the "
                      "engine fail-stops. (F7, H4)"),
+        server.field("endpoint", &ServerConfig::endpoint, text(),
+                     "ZeroMQ endpoint kvtierd binds and clients connect to, e.g. "
+                     "tcp://127.0.0.1:5557 or ipc:///tmp/kvtierd.sock."),
+        server.field("heartbeat_interval_s", &ServerConfig::heartbeat_interval_s,
+                     positive_seconds(),
+                     "Client PING period. A dead or restarted server marks the client DEGRADED "
+                     "within two intervals. (H7)"),
+        server.field("client_timeout_s", &ServerConfig::client_timeout_s, positive_seconds(),
+                     "Server side: a client silent this long (no request, no PING) is gone and "
+                     "its read locks are released. At least 3 heartbeat intervals, so a live idle "
+                     "client is never reaped."),
+        server.field("request_timeout_s", &ServerConfig::request_timeout_s, positive_seconds(),
+                     "Client side: deadline of a request that moves no data (LOOKUP, RELEASE, "
+                     "STATS, ...). A STORE or RETRIEVE waits transfer.transfer_deadline_s + "
+                     "transfer.completion_margin_s. (F8)"),
+        server.field("connect_timeout_s", &ServerConfig::connect_timeout_s, positive_seconds(),
+                     "Client side: longest wait for the server to answer a registration."),
+        server.field("max_requests_in_flight", &ServerConfig::max_requests_in_flight,
+                     integer_in(1, 1 << 20),
+                     "Server side: requests of one client being served at once; more get a "
+                     "limit_exceeded error reply."),
+        server.field("max_locks", &ServerConfig::max_locks, integer_in(1, 1 << 24),
+                     "Server side: keys one client may hold read-locked (LOOKUP locks); more get "
+                     "a limit_exceeded error reply."),
+        server.field("lock_ttl_s", &ServerConfig::lock_ttl_s, positive_seconds(),
+                     "Server side: longest life of a LOOKUP read lock; an expired lock is "
+                     "released."),
+        server.field("max_frame_bytes", &ServerConfig::max_frame_bytes, byte_size(),
+                     "Server side: largest request frame; a larger one gets a too_large error "
+                     "reply and is not decoded."),
     };
   }();
   return table;

@@ -561,3 +561,19 @@ TEST(Config, DocsListEveryField) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+TEST(Config, ServerClientTimeoutBelowThreeHeartbeatsIsAnError) {
+  Result<Config> c = load_config({.overrides = {"server.heartbeat_interval_s=1",
+                                                "server.client_timeout_s=2"}});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("server.client_timeout_s"), std::string::npos)
+      << c.error().message;
+  EXPECT_TRUE(load_config({.overrides = {"server.heartbeat_interval_s=1",
+                                         "server.client_timeout_s=3"}}));
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -41,6 +41,7 @@ struct CacheConfig {
   uint64_t host_bytes = uint64_t{1} << 30;
   std::string eviction = "lru";  // a name make_eviction_policy() accepts: "lru" | "arc"
   std::string shm_name;          // empty: anonymous memory
+  std::string mode = "local";    // "local": in-process host pool | "server": kvtierd
 
   bool operator==(const CacheConfig&) const = default;
 };
@@ -114,6 +115,21 @@ struct TiersConfig {
   bool operator==(const TiersConfig&) const = default;
 };
 
+// kvtierd (the cache server) and its clients.
+struct ServerConfig {
+  std::string endpoint = "ipc:///tmp/kvtierd.sock";  // a ZeroMQ endpoint: tcp://host:port, ipc://path
+  double heartbeat_interval_s = 1.0;  // client PING period; a dead server is seen within two
+  double client_timeout_s = 10.0;     // server: a client silent this long is gone (>= 3 heartbeats)
+  double request_timeout_s = 5.0;     // client: deadline of a non-transfer request
+  double connect_timeout_s = 5.0;     // client: longest wait for a registration reply
+  uint32_t max_requests_in_flight = 64;  // per client
+  uint32_t max_locks = 4096;             // read-locked keys per client
+  double lock_ttl_s = 10.0;              // longest life of a LOOKUP read lock
+  uint64_t max_frame_bytes = uint64_t{1} << 20;
+
+  bool operator==(const ServerConfig&) const = default;
+};
+
 // The single KV-cache group the foundation uses.
 struct LayoutConfig {
   DeviceLayout device_layout = DeviceLayout::kPerLayer;
@@ -136,6 +152,7 @@ struct Config {
   ModelSection model;
   EngineConfig engine;
   FaultsConfig faults;
+  ServerConfig server;
 
   // Every field within its rule and the layout valid; for configurations built in code (a
   // loaded one has passed already). The message names the field.

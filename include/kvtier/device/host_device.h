@@ -15,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -54,6 +55,13 @@ class HostDevice final : public Device {
                   std::span<const CopyDescriptor> descriptors) override;
   void launch_host_func(StreamHandle stream, std::function<void()> fn) override;
 
+  // Makes memory the caller owns and keeps mapped (e.g. a shared-memory mapping of another
+  // process's KV cache) usable as device memory, the role CUDA IPC handles play on a GPU. The
+  // device never frees it; release_adopted_memory() forgets it (std::invalid_argument for a
+  // range that was not adopted). The caller must not unmap it while copies may touch it.
+  DeviceAddress adopt_device_memory(void* ptr, size_t bytes);
+  void release_adopted_memory(void* ptr);
+
   // Test support: returns once every stream is idle, or blocked on an event that has not
   // completed, or blocked on a closed Gate. After it returns, any copy that could run has run.
   void quiesce();
@@ -75,6 +83,7 @@ class HostDevice final : public Device {
   // Signalled when an op finishes or a stream blocks: synchronize() and quiesce() wait here.
   std::condition_variable changed_;
   AddressRanges ranges_;
+  std::set<DeviceAddress> adopted_;  // device ranges the caller owns (adopt_device_memory)
   std::unordered_map<uint32_t, std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Stream>> retired_streams_;  // destroyed, thread draining
   std::unordered_map<uint32_t, std::unique_ptr<Event>> events_;

@@ -66,8 +66,9 @@ HostDevice::~HostDevice() {
     }
   }
   for (auto& s : all) s->thread.join();
-  ranges_.for_each(AddressRanges::Kind::kDevice,
-                   [](DeviceAddress addr, size_t) { std::free(reinterpret_cast<void*>(addr)); });
+  ranges_.for_each(AddressRanges::Kind::kDevice, [this](DeviceAddress addr, size_t) {
+    if (!adopted_.contains(addr)) std::free(reinterpret_cast<void*>(addr));
+  });
 }
 
 DeviceAddress HostDevice::allocate(size_t bytes) {
@@ -84,6 +85,9 @@ DeviceAddress HostDevice::allocate(size_t bytes) {
 
 void HostDevice::free(DeviceAddress addr) {
   std::lock_guard lock(mu_);
+  if (adopted_.contains(addr)) {
+    throw std::invalid_argument("HostDevice::free: adopted memory is the caller's to free");
+  }
   ranges_.remove(addr, AddressRanges::Kind::kDevice, "HostDevice::free");
   std::free(reinterpret_cast<void*>(addr));
 }
@@ -94,6 +98,25 @@ DeviceAddress HostDevice::register_host(void* ptr, size_t bytes) {
   const auto addr = reinterpret_cast<DeviceAddress>(ptr);
   ranges_.add(addr, bytes, AddressRanges::Kind::kHost, "HostDevice::register_host");
   return addr;
+}
+
+DeviceAddress HostDevice::adopt_device_memory(void* ptr, size_t bytes) {
+  if (!ptr || bytes == 0) throw std::invalid_argument("HostDevice::adopt_device_memory: empty range");
+  std::lock_guard lock(mu_);
+  const auto addr = reinterpret_cast<DeviceAddress>(ptr);
+  ranges_.add(addr, bytes, AddressRanges::Kind::kDevice, "HostDevice::adopt_device_memory");
+  adopted_.insert(addr);
+  return addr;
+}
+
+void HostDevice::release_adopted_memory(void* ptr) {
+  std::lock_guard lock(mu_);
+  const auto addr = reinterpret_cast<DeviceAddress>(ptr);
+  if (!adopted_.contains(addr)) {
+    throw std::invalid_argument("HostDevice::release_adopted_memory: not adopted memory");
+  }
+  ranges_.remove(addr, AddressRanges::Kind::kDevice, "HostDevice::release_adopted_memory");
+  adopted_.erase(addr);
 }
 
 void HostDevice::unregister_host(void* ptr) {

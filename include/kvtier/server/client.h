@@ -1,0 +1,115 @@
+// CacheClient: a rank's connection to kvtierd, as the worker side of the connector uses it when
+// `cache.mode: server`.
+//
+// Contract:
+// - Every call returns at once with a future; every future resolves by its deadline (F8),
+//   counted from the call (client and server queue time included): requests that move no data
+//   use request_timeout, STORE/RETRIEVE use transfer_deadline.
+// - STORE/RETRIEVE futures resolve to a TransferResult: Completed on success; Failed on an
+//   error reply (the server answers a failed transfer only after its copies on this client's
+//   memory stopped, F11) or when the request was never sent (cache degraded, no connection);
+//   Unprovable on an "unprovable" error reply, at the deadline, or when the server is lost
+//   while it is outstanding (the connection is gone, or the boot id changed). Unprovable means:
+//   keep the blocks' leases forever and fail stop (F7); fail_stopped() turns true and stays.
+// - Health: OK while registered with a live server. A server that does not answer a PING
+//   within one heartbeat interval, that cannot be reached, or whose boot id changed makes the
+//   client DEGRADED (so a dead or hung server is seen within two intervals); while not OK, lookups
+//   fail with kUnavailable and stores/retrievals are Failed without being sent (the engine
+//   recomputes, H7). The client keeps pinging, re-registers with a server that came back, and turns
+//   OK again. A SHUTDOWN event from the server turns it SHUTDOWN until a server answers again.
+// - Every connect and wait is bounded; the destructor resolves what is outstanding (transfers
+//   Unprovable) and returns promptly.
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvtier/core/clock.h"
+#include "kvtier/core/config.h"
+#include "kvtier/server/protocol.h"
+#include "kvtier/transfer/transfer_result.h"
+
+namespace kvtier::server {
+
+enum class ClientState { kOk, kDegraded, kShutdown };
+std::string_view to_string(ClientState state);
+
+struct ClientHealth {
+  ClientState state = ClientState::kDegraded;
+  std::string reason;           // why not OK; empty when OK
+  bool fail_stopped = false;    // a transfer was Unprovable (F7): the engine must fail stop
+  uint64_t server_boot_id = 0;  // of the server registered with; 0 before the first
+};
+
+struct ClientOptions {
+  std::string endpoint = "ipc:///tmp/kvtierd.sock";
+  Duration heartbeat_interval = std::chrono::seconds(1);
+  Duration request_timeout = std::chrono::seconds(5);
+  Duration transfer_deadline = std::chrono::seconds(40);
+  Duration connect_timeout = std::chrono::seconds(5);
+
+  // From the `server` and `transfer` sections: the transfer deadline is transfer_deadline_s +
+  // completion_margin_s, so that the server's own (engine) deadline decides first.
+  static ClientOptions from_config(const Config& config);
+};
+
+// What REGISTER sends: this rank's layout and its KV memory (shared memory on the host device).
+struct Registration {
+  uint32_t rank = 0;
+  KvLayout layout;
+  SharedKvMemory memory;
+};
+
+struct LookupReply {
+  size_t hits = 0;       // leading keys that are ready
+  bool pending = false;  // the first non-hit is being stored
+  uint64_t lock = 0;     // read lock on the hits (0: none); RELEASE it or name it in RETRIEVE
+};
+
+class ClientImpl;
+
+class CacheClient {
+ public:
+  // Starts the I/O thread, which connects and registers in the background; see health().
+  CacheClient(ClientOptions options, Registration registration);
+  ~CacheClient();
+  CacheClient(const CacheClient&) = delete;
+  CacheClient& operator=(const CacheClient&) = delete;
+
+  ClientHealth health() const;
+  bool fail_stopped() const;
+  // Waits (at most `timeout`) until the client is OK; returns whether it is.
+  bool wait_until_ok(Duration timeout) const;
+
+  // `lock_for` > 0 read-locks the hits that long (capped by the server's lock_ttl_s).
+  std::future<Result<LookupReply>> lookup(std::vector<ChunkKey> keys, Duration lock_for = {});
+  // keys[i] goes to / comes from device blocks blocks[i] of `group`. `hook` is for tests.
+  std::future<TransferResult> store(JobId job, uint32_t group, std::vector<ChunkKey> keys,
+                                    std::vector<std::vector<uint32_t>> blocks,
+                                    std::string hook = {});
+  std::future<TransferResult> retrieve(JobId job, uint32_t group, std::vector<ChunkKey> keys,
+                                       std::vector<std::vector<uint32_t>> blocks, uint64_t lock = 0,
+                                       std::string hook = {});
+  std::future<Status> release(uint64_t lock);
+  // Ends the registration (the server drops this client's locks and mapping) and stops
+  // registering again: the client stays DEGRADED ("unregistered") until destroyed. Fails with
+  // "busy" while transfers are in flight.
+  std::future<Status> unregister();
+  std::future<Result<Reply>> stats();
+  std::future<Result<Reply>> ping();
+  std::future<Status> shutdown_server();
+  // Any request (tests: hooks); resolves with the reply, an error reply as kInternal/…, or
+  // kDeadlineExceeded / kUnavailable.
+  std::future<Result<Reply>> call(Request request, Duration timeout);
+
+ private:
+  std::future<Status> status_call(Request request);
+
+  std::unique_ptr<ClientImpl> impl_;
+};
+
+}  // namespace kvtier::server

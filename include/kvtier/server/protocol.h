@@ -1,0 +1,131 @@
+// The kvtierd wire protocol, version 1 (docs/protocol.md is the normative description).
+//
+// Transport: ZeroMQ. The server binds a ROUTER socket, a client connects a DEALER socket. A
+// request is ONE frame (the ROUTER adds the client's identity in front); a reply is ONE frame.
+// Every frame is one MessagePack map with string keys. Every request carries "v" (protocol
+// version), "id" (a client-chosen request id, echoed by the reply) and "op". Every reply
+// carries "v", "id" and "ok"; an error reply adds "code" and "msg" (at most kMaxErrorMessage
+// bytes). The server also sends unsolicited event frames with "id" 0 and "event".
+//
+// This header holds the typed form of those frames and the codec. Decoding never throws: any
+// malformed, truncated or oversized input is an Error whose message says what was wrong.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/core/chunk_key.h"
+#include "kvtier/core/kv_layout.h"
+#include "kvtier/core/status.h"
+
+namespace kvtier::server {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kMaxErrorMessage = 256;  // bytes of an error reply's "msg"
+inline constexpr size_t kMaxKeysPerRequest = 65536;
+inline constexpr size_t kMaxBlocksPerChunk = 65536;
+inline constexpr size_t kMaxGroups = 64;
+inline constexpr size_t kMaxTensorsPerGroup = 4096;
+
+enum class Op {
+  kRegister,
+  kUnregister,
+  kLookup,
+  kStore,
+  kRetrieve,
+  kRelease,
+  kPing,
+  kStats,
+  kShutdown
+};
+
+std::string_view to_string(Op op);
+std::optional<Op> parse_op(std::string_view name);
+
+// Error codes of error replies ("code"), as strings on the wire.
+namespace codes {
+inline constexpr std::string_view kMalformed = "malformed";  // not a valid request frame
+inline constexpr std::string_view kTooLarge = "too_large";   // frame over max_frame_bytes
+inline constexpr std::string_view kUnsupportedVersion = "unsupported_version";
+inline constexpr std::string_view kUnknownOp = "unknown_op";
+inline constexpr std::string_view kInvalidArgument = "invalid_argument";
+inline constexpr std::string_view kNotRegistered = "not_registered";
+inline constexpr std::string_view kAlreadyRegistered = "already_registered";
+inline constexpr std::string_view kNotFound = "not_found";
+inline constexpr std::string_view kResourceExhausted = "resource_exhausted";
+inline constexpr std::string_view kLimitExceeded = "limit_exceeded";
+inline constexpr std::string_view kBusy = "busy";  // e.g. UNREGISTER with transfers in flight
+inline constexpr std::string_view kTransferFailed = "transfer_failed";  // copies stopped
+inline constexpr std::string_view kUnprovable = "unprovable";           // copies may still run (F7)
+inline constexpr std::string_view kShuttingDown = "shutting_down";
+inline constexpr std::string_view kInternal = "internal";  // a handler raised
+}  // namespace codes
+
+// The client's KV cache as the server reaches it: a POSIX shared-memory object holding every
+// tensor of every group at the given byte offsets (the host device's stand-in for CUDA IPC).
+struct GroupTensors {
+  std::vector<uint64_t> offsets;  // kPerLayer: one per layer; kCrossLayer: one
+  uint32_t num_blocks = 0;
+};
+struct SharedKvMemory {
+  std::string shm_name;  // "/name", as shm_open takes it
+  uint64_t bytes = 0;    // size of the object
+  std::vector<GroupTensors> groups;
+};
+
+struct Request {
+  uint64_t id = 0;
+  Op op = Op::kPing;
+  std::string hook;  // test hooks; honoured only by a server started with --test-hooks
+  // REGISTER
+  uint32_t rank = 0;
+  KvLayout layout;
+  SharedKvMemory memory;
+  // LOOKUP / STORE / RETRIEVE
+  std::vector<ChunkKey> keys;
+  uint64_t lock_ms = 0;  // LOOKUP: hold a read lock on the hits this long (0: no lock)
+  uint32_t group = 0;    // STORE / RETRIEVE
+  std::vector<std::vector<uint32_t>> blocks;  // STORE / RETRIEVE: device blocks per key
+  uint64_t lock = 0;  // RETRIEVE (optional, released after pinning) / RELEASE
+};
+
+struct Reply {
+  uint64_t id = 0;
+  bool ok = true;
+  std::string code;                        // error replies
+  std::string message;                     // error replies, at most kMaxErrorMessage bytes
+  std::string event;                       // unsolicited events ("shutdown"), id 0
+  std::map<std::string, uint64_t> fields;  // every other reply field (all unsigned integers)
+
+  uint64_t field(std::string_view name, uint64_t fallback = 0) const;
+  static Reply error(uint64_t id, std::string_view code, std::string_view message);
+};
+
+struct DecodeLimits {
+  size_t max_frame_bytes = size_t{1} << 20;
+};
+
+std::string encode_request(const Request& request);
+std::string encode_reply(const Reply& reply);
+
+// Errors are kInvalidArgument; the message starts with the protocol error code
+// ("too_large: ...", "malformed: ...", "unsupported_version: ...", "unknown_op: ...") and, when
+// the frame carried a readable "id", `request_id` is set so the error reply can echo it.
+Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLimits& limits,
+                               uint64_t* request_id = nullptr);
+Result<Reply> decode_reply(std::span<const std::byte> frame);
+
+// Splits a decode error message into (code, message) as an error reply carries them.
+std::pair<std::string, std::string> split_decode_error(const Error& error);
+
+inline std::span<const std::byte> as_bytes(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+}  // namespace kvtier::server

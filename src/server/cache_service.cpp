@@ -1,0 +1,246 @@
+// The cache service thread: inbox, transfer polling, lock expiry, session lifetime, drain.
+// The handlers themselves are in request_handlers.cpp.
+#include "cache_service.h"
+
+#include <chrono>
+
+namespace kvtier::server {
+namespace {
+
+// How long the service sleeps between polls while transfers are in flight, and when idle.
+constexpr auto kBusyPoll = std::chrono::microseconds(200);
+constexpr auto kIdlePoll = std::chrono::milliseconds(20);
+
+std::unique_ptr<EvictionPolicy> policy_for(const Config& config, size_t num_slots) {
+  auto policy = make_eviction_policy(config.cache.eviction, num_slots);
+  if (!policy) throw std::invalid_argument(policy.error().message);
+  return std::move(*policy);
+}
+
+}  // namespace
+
+CacheService::CacheService(const ServerOptions& options, HostDevice& host, Device& device,
+                           FaultInjectingDevice* fault, HostPool& pool, uint64_t boot_id,
+                           const LoopCounters& loop, ReplyFn reply, std::function<void()> drained)
+    : options_(options),
+      host_(host),
+      device_(device),
+      fault_(fault),
+      pool_(pool),
+      boot_id_(boot_id),
+      loop_(loop),
+      reply_(std::move(reply)),
+      drained_(std::move(drained)),
+      transfer_options_(transfer_options(options.config.transfer)),
+      cache_(pool.num_slots(), pool.slot_bytes(), policy_for(options.config, pool.num_slots())) {}
+
+CacheService::~CacheService() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Sessions hold engines over `device_`; an engine with work in flight waits for it in its
+  // destructor. Mappings an Unprovable transfer touched stay mapped (retained_memory_ leaks
+  // them deliberately at exit).
+  for (auto& [client, session] : sessions_) {
+    if (!session.pending.empty()) session.quarantined = true;  // copies may still run
+    destroy_session(session);
+  }
+  for (auto& m : retained_memory_) m.release();
+}
+
+void CacheService::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void CacheService::post(Envelope envelope) {
+  bool was_empty = false;
+  {
+    std::lock_guard lock(mu_);
+    was_empty = inbox_.empty();
+    inbox_.push_back(std::move(envelope));
+  }
+  // The service waits on a predicate that sees a non-empty inbox, so one wake per batch is
+  // enough.
+  if (was_empty) wake_.notify_one();
+}
+
+void CacheService::client_gone(std::string client) {
+  {
+    std::lock_guard lock(mu_);
+    gone_inbox_.push_back(std::move(client));
+  }
+  wake_.notify_one();
+}
+
+void CacheService::begin_shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    shutdown_requested_ = true;
+  }
+  wake_.notify_one();
+}
+
+void CacheService::run() {
+  for (;;) {
+    std::deque<Envelope> batch;
+    std::vector<std::string> gone;
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait_for(lock, transfers_in_flight() > 0 ? Duration(kBusyPoll) : Duration(kIdlePoll),
+                     [&] { return stop_ || !inbox_.empty() || !gone_inbox_.empty(); });
+      if (stop_) return;
+      batch.swap(inbox_);
+      gone.swap(gone_inbox_);
+      if (shutdown_requested_) draining_ = true;
+    }
+    for (Envelope& e : batch) handle(e);
+    for (const std::string& client : gone) {
+      release_locks(locks_.take_all_of(client));
+      if (auto it = sessions_.find(client); it != sessions_.end()) it->second.gone = true;
+    }
+    poll_transfers();
+    release_locks(locks_.take_expired(SteadyClock::instance().now()));
+    drop_gone_sessions();
+    if (draining_ && !drained_sent_ && transfers_in_flight() == 0) {
+      release_locks(locks_.take_everything());
+      drained_sent_ = true;
+      drained_();
+    }
+  }
+}
+
+void CacheService::handle(Envelope& e) {
+  const uint64_t id = e.request.id;
+  try {
+    dispatch(e.client, e.request);
+  } catch (const std::exception& ex) {
+    // F11: a handler that raises still yields exactly one terminal reply. Handlers raise only
+    // before they submit a transfer, so no reply for this request was sent yet.
+    ++counters_["handler_errors"];
+    error(e.client, id, codes::kInternal, std::string("handler raised: ") + ex.what());
+  }
+}
+
+size_t CacheService::transfers_in_flight() const {
+  size_t n = 0;
+  for (const auto& [client, s] : sessions_) n += s.pending.size();
+  return n;
+}
+
+void CacheService::poll_transfers() {
+  for (auto& [client, session] : sessions_) {
+    if (session.pending.empty()) continue;
+    std::vector<TransferResult> results;
+    try {
+      results = session.engine->poll();
+    } catch (const std::exception& e) {
+      // Not a device fault (F2): the engine is in an unspecified state. Nothing can be proven
+      // about its copies, so every pending transfer of this client is Unprovable.
+      fail_session(client, session, std::string("transfer engine raised: ") + e.what());
+      continue;
+    }
+    for (const TransferResult& r : results) finish(client, session, r);
+  }
+}
+
+void CacheService::finish(const std::string& client, Session& session, const TransferResult& r) {
+  auto it = session.pending.find(r.job);
+  if (it == session.pending.end()) return;
+  PendingTransfer p = std::move(it->second);
+  session.pending.erase(it);
+  const bool store = p.direction == Direction::kStore;
+  switch (r.outcome) {
+    case Outcome::kCompleted:
+      if (store) {
+        cache_.complete_store(p.keys, Verdict::kSucceeded);
+      } else {
+        cache_.touch(p.keys);
+        cache_.complete_load(p.keys);
+      }
+      ++counters_[store ? "stores_completed" : "retrieves_completed"];
+      ok(client, p.request_id,
+         {{"chunks", p.keys.size()}, {"bytes", r.bytes}, {"already_present", p.already_present}});
+      return;
+    case Outcome::kFailed:  // F5: the engine decided it, so its copies have stopped
+      if (store) {
+        cache_.complete_store(p.keys, Verdict::kFailed);  // F3
+      } else {
+        cache_.complete_load(p.keys);
+      }
+      ++counters_["transfers_failed"];
+      error(client, p.request_id, codes::kTransferFailed, r.error);
+      return;
+    case Outcome::kUnprovable:  // F7: slots and the client mapping are retained forever
+      if (store) {
+        cache_.quarantine_store(p.keys);
+      } else {
+        cache_.quarantine_load(p.keys);
+      }
+      session.quarantined = true;
+      ++counters_["transfers_unprovable"];
+      error(client, p.request_id, codes::kUnprovable, r.error);
+      return;
+  }
+}
+
+void CacheService::fail_session(const std::string& client, Session& session,
+                                const std::string& why) {
+  std::vector<JobId> jobs;
+  for (const auto& [job, p] : session.pending) jobs.push_back(job);
+  for (JobId job : jobs) {
+    const PendingTransfer& p = session.pending.at(job);
+    finish(
+        client, session,
+        TransferResult{
+            .job = job, .direction = p.direction, .outcome = Outcome::kUnprovable, .error = why});
+  }
+  session.quarantined = true;
+}
+
+void CacheService::release_locks(std::vector<ReadLock> locks) {
+  for (const ReadLock& lock : locks) cache_.complete_load(lock.keys);
+}
+
+void CacheService::drop_gone_sessions() {
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second.gone && it->second.pending.empty()) {
+      destroy_session(it->second);
+      it = sessions_.erase(it);
+      ++counters_["sessions_dropped"];
+    } else {
+      ++it;
+    }
+  }
+}
+
+void CacheService::destroy_session(Session& session) {
+  if (session.quarantined) {
+    // F7: copies may still touch the engine's streams and the client's memory. Keep both.
+    session.engine.release();
+    retained_memory_.push_back(std::move(session.memory));
+    retained_memory_.back()->retain_forever();
+    return;
+  }
+  session.engine.reset();
+  device_.destroy_stream(session.compute);
+  session.memory.reset();
+}
+
+void CacheService::ok(const std::string& client, uint64_t id,
+                      std::map<std::string, uint64_t> fields) {
+  Reply r;
+  r.id = id;
+  r.fields = std::move(fields);
+  reply_(client, r);
+}
+
+void CacheService::error(const std::string& client, uint64_t id, std::string_view code,
+                         std::string_view msg) {
+  ++counters_["error_replies"];
+  reply_(client, Reply::error(id, code, msg));
+}
+
+}  // namespace kvtier::server

@@ -1,0 +1,141 @@
+// CacheService: the thread that owns kvtierd's cache state (host pool, CacheManager, read
+// locks) and every client session (mapped KV memory + TransferEngine), and runs the handlers.
+//
+// Contract:
+// - post() and client_gone() are thread-safe (the socket loop calls them); everything else runs
+//   on the service thread, which never blocks on a transfer: it submits, then polls.
+// - F11: every posted request gets exactly one reply through `reply`, also when its handler
+//   raises (code "internal") — except under the "no_reply" test hook. A STORE or RETRIEVE is
+//   answered only once its TransferEngine reported it (copies finished or provably stopped);
+//   an Unprovable one is answered with code "unprovable" and its slots and the client mapping
+//   are retained for the life of the process (F7).
+// - A client that goes away has its read locks released; its session (and mapping) is dropped
+//   once its transfers are decided.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvtier/cache/cache_manager.h"
+#include "kvtier/cache/host_pool.h"
+#include "kvtier/device/fault_injecting_device.h"
+#include "kvtier/device/host_device.h"
+#include "kvtier/server/protocol.h"
+#include "kvtier/server/server.h"
+#include "kvtier/transfer/transfer_engine.h"
+#include "read_locks.h"
+#include "shared_kv_memory.h"
+
+namespace kvtier::server {
+
+// Counters the socket loop keeps; STATS reports them.
+struct LoopCounters {
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> pings{0};  // answered by the loop
+  std::atomic<uint64_t> rejected_frames{0};  // malformed, truncated, oversized, unknown op
+  std::atomic<uint64_t> limit_rejections{0};
+  std::atomic<uint64_t> clients_reaped{0};
+};
+
+struct Envelope {
+  std::string client;  // ZeroMQ routing id
+  Request request;
+};
+
+class CacheService {
+ public:
+  using ReplyFn = std::function<void(const std::string& client, const Reply& reply)>;
+
+  // `fault` is the device's fault injector when test hooks are on, else null. `reply` and
+  // `drained` are called on the service thread.
+  CacheService(const ServerOptions& options, HostDevice& host, Device& device,
+               FaultInjectingDevice* fault, HostPool& pool, uint64_t boot_id,
+               const LoopCounters& loop, ReplyFn reply, std::function<void()> drained);
+  ~CacheService();  // stops and joins the thread
+
+  void start();
+  void post(Envelope envelope);
+  void client_gone(std::string client);
+  // Graceful shutdown: refuse new work, decide transfers in flight, then call `drained`.
+  void begin_shutdown();
+
+ private:
+  struct PendingTransfer {
+    uint64_t request_id = 0;
+    Direction direction = Direction::kStore;
+    std::vector<ChunkKey> keys;  // store: keys written; load: keys pinned
+    uint64_t already_present = 0;
+  };
+  struct Session {
+    uint32_t rank = 0;
+    KvLayout layout;
+    std::unique_ptr<SharedKvMapping> memory;
+    StreamHandle compute;
+    std::unique_ptr<TransferEngine> engine;
+    std::map<JobId, PendingTransfer> pending;
+    bool gone = false;         // the client went away: drop once nothing is pending
+    bool quarantined = false;  // an Unprovable transfer touched its memory (F7)
+  };
+
+  void run();
+  void handle(Envelope& envelope);
+  void dispatch(const std::string& client, const Request& request);
+  void handle_register(const std::string& client, const Request& request);
+  void handle_unregister(const std::string& client, const Request& request);
+  void handle_lookup(const std::string& client, const Request& request);
+  void handle_transfer(const std::string& client, const Request& request);
+  void handle_release(const std::string& client, const Request& request);
+  void handle_stats(const std::string& client, const Request& request);
+
+  Session* session_of(const std::string& client, uint64_t request_id);
+  Status check_chunks(const Session& session, const Request& request) const;
+  void submit(const std::string& client, Session& session, const Request& request,
+              Direction direction, std::vector<ChunkTransfer> chunks, PendingTransfer pending);
+  void poll_transfers();
+  void finish(const std::string& client, Session& session, const TransferResult& result);
+  void fail_session(const std::string& client, Session& session, const std::string& why);
+  void release_locks(std::vector<ReadLock> locks);
+  void drop_gone_sessions();
+  void destroy_session(Session& session);
+  size_t transfers_in_flight() const;
+  void ok(const std::string& client, uint64_t id, std::map<std::string, uint64_t> fields = {});
+  void error(const std::string& client, uint64_t id, std::string_view code, std::string_view msg);
+
+  const ServerOptions& options_;
+  HostDevice& host_;
+  Device& device_;
+  FaultInjectingDevice* fault_;
+  HostPool& pool_;
+  const uint64_t boot_id_;
+  const LoopCounters& loop_;
+  ReplyFn reply_;
+  std::function<void()> drained_;
+  TransferOptions transfer_options_;
+
+  CacheManager cache_;
+  ReadLocks locks_;
+  std::map<std::string, Session> sessions_;
+  std::vector<std::unique_ptr<SharedKvMapping>> retained_memory_;  // F7
+  JobId next_job_ = 1;
+  bool draining_ = false;
+  bool drained_sent_ = false;
+  std::map<std::string, uint64_t> counters_;
+
+  std::mutex mu_;  // guards the inbox
+  std::condition_variable wake_;
+  std::deque<Envelope> inbox_;
+  std::vector<std::string> gone_inbox_;
+  bool shutdown_requested_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kvtier::server

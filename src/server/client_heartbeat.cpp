@@ -1,0 +1,124 @@
+// CacheClient's heartbeat and registration (I/O thread only).
+//
+// One PING is outstanding at a time, sent every heartbeat interval with a deadline of one
+// interval: a server that died or hangs is noticed by the first PING after it, at most two
+// intervals later (H7), and the client turns DEGRADED. A PING that cannot be sent (the
+// connection is gone: the server process died) also loses every outstanding request, transfers
+// as Unprovable (F7). A PONG carries the server's boot id; a different one than the client
+// registered with means the server restarted and lost every session: outstanding requests are
+// lost the same way, and the client registers again.
+#include "client_impl.h"
+
+namespace kvtier::server {
+
+void ClientImpl::set_state(ClientState state, std::string reason, uint64_t boot_id) {
+  {
+    std::lock_guard lock(health_mu_);
+    health_.state = state;
+    health_.reason = std::move(reason);
+    if (boot_id != 0) health_.server_boot_id = boot_id;
+  }
+  health_cv_.notify_all();
+}
+
+void ClientImpl::heartbeat(TimePoint now) {
+  if (ping_outstanding_ || now < next_ping_) return;
+  next_ping_ = now + options_.heartbeat_interval;
+  ping_outstanding_ = true;
+  Call ping;
+  ping.request.op = Op::kPing;
+  ping.deadline = now + options_.heartbeat_interval;
+  ping.on_end = [this](End end, const Reply* reply, std::string why) {
+    ping_outstanding_ = false;
+    if (end == End::kReply && reply->ok) {
+      on_pong(reply->field("boot_id"));
+    } else if (end == End::kDeadline) {
+      // Slow or hung, but still connected: new loads and stores are skipped, while requests
+      // already sent keep waiting for their replies until their own deadlines (F8).
+      if (health().state != ClientState::kShutdown) {
+        set_state(ClientState::kDegraded, "no PING reply within the heartbeat interval");
+      }
+    } else {
+      on_server_lost("server unreachable: " + why);
+    }
+  };
+  send(std::move(ping));
+}
+
+void ClientImpl::on_pong(uint64_t boot_id) {
+  if (registered_ && boot_id != boot_id_) {
+    registered_ = false;
+    set_state(ClientState::kDegraded, "server restarted (boot id changed)");
+    lose_outstanding("server restarted: its state is gone");
+  }
+  if (!registered_) {
+    if (!register_outstanding_ && keep_registered_) send_register();
+    return;
+  }
+  if (health().state == ClientState::kDegraded) set_state(ClientState::kOk, "", boot_id);
+}
+
+void ClientImpl::on_server_lost(const std::string& why) {
+  // A disconnect with a transfer outstanding: nothing proves the server's copies stopped, so
+  // outstanding transfers are Unprovable (F7); other requests fail as unavailable.
+  // The state changes first, so that whoever sees a lost transfer's future sees DEGRADED too.
+  if (health().state != ClientState::kShutdown) set_state(ClientState::kDegraded, why);
+  lose_outstanding("server lost: " + why);
+}
+
+void ClientImpl::on_registration_lost() {
+  registered_ = false;
+  if (health().state != ClientState::kShutdown) {
+    set_state(ClientState::kDegraded, "the server does not know this client; registering again");
+  }
+}
+
+void ClientImpl::on_shutdown_event() {
+  registered_ = false;
+  set_state(ClientState::kShutdown, "server shut down");
+  lose_outstanding("server shut down");
+}
+
+ClientImpl::Call ClientImpl::unregister_call(std::function<void(Result<Reply>)> done) {
+  Call call = plain_call(Request{.op = Op::kUnregister}, options_.request_timeout, false, {});
+  call.on_end = [this, done = std::move(done)](End end, const Reply* reply, std::string why) {
+    if (end == End::kReply && reply->ok) {
+      registered_ = false;
+      keep_registered_ = false;
+      set_state(ClientState::kDegraded, "unregistered");
+      done(*reply);
+    } else if (end == End::kReply) {
+      done(make_error(ErrorCode::kFailedPrecondition, reply->code + ": " + reply->message));
+    } else {
+      done(make_error(ErrorCode::kUnavailable, std::move(why)));
+    }
+  };
+  return call;
+}
+
+void ClientImpl::send_register() {
+  register_outstanding_ = true;
+  Call call;
+  call.request.op = Op::kRegister;
+  call.request.rank = registration_.rank;
+  call.request.layout = registration_.layout;
+  call.request.memory = registration_.memory;
+  call.deadline = SteadyClock::instance().now() + options_.connect_timeout;
+  call.on_end = [this](End end, const Reply* reply, std::string why) {
+    register_outstanding_ = false;
+    const bool shutdown = health().state == ClientState::kShutdown;
+    if (end == End::kReply && (reply->ok || reply->code == codes::kAlreadyRegistered)) {
+      registered_ = true;
+      if (reply->ok) boot_id_ = reply->field("boot_id");
+      set_state(ClientState::kOk, "", boot_id_);
+      return;
+    }
+    if (shutdown) return;  // a draining server refuses registrations: still SHUTDOWN
+    set_state(ClientState::kDegraded,
+              end == End::kReply ? "registration refused: " + reply->code + ": " + reply->message
+                                 : "registration: " + why);
+  };
+  send(std::move(call));
+}
+
+}  // namespace kvtier::server

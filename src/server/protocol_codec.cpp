@@ -1,0 +1,396 @@
+// MessagePack decoding of kvtierd frames (encoding: protocol_encode.cpp). Decoding is defensive:
+// sizes are checked before allocation (unpack limits, the frame cap), every field's type is
+// checked, and nothing throws out of decode_request / decode_reply.
+#include <cstring>
+#include <msgpack.hpp>
+
+#include "kvtier/server/protocol.h"
+
+namespace kvtier::server {
+namespace {
+
+constexpr std::string_view kOpNames[] = {"REGISTER", "UNREGISTER", "LOOKUP", "STORE",   "RETRIEVE",
+                                         "RELEASE",  "PING",       "STATS",  "SHUTDOWN"};
+
+// A decode failure: "<code>: <what>".
+std::unexpected<Error> bad(std::string_view code, std::string what) {
+  return make_error(ErrorCode::kInvalidArgument, std::string(code) + ": " + std::move(what));
+}
+
+std::string_view key_name(const msgpack::object& o) {
+  return std::string_view(o.via.str.ptr, o.via.str.size);
+}
+
+Result<uint64_t> as_uint(const msgpack::object& o, std::string_view field,
+                         uint64_t max = UINT64_MAX) {
+  if (o.type != msgpack::type::POSITIVE_INTEGER) {
+    return bad(codes::kMalformed, "field '" + std::string(field) + "' must be an unsigned integer");
+  }
+  if (o.via.u64 > max) {
+    return bad(codes::kMalformed, "field '" + std::string(field) + "' is out of range");
+  }
+  return o.via.u64;
+}
+
+Result<std::string> as_str(const msgpack::object& o, std::string_view field, size_t max_len) {
+  if (o.type != msgpack::type::STR) {
+    return bad(codes::kMalformed, "field '" + std::string(field) + "' must be a string");
+  }
+  if (o.via.str.size > max_len) {
+    return bad(codes::kMalformed, "field '" + std::string(field) + "' is too long");
+  }
+  return std::string(o.via.str.ptr, o.via.str.size);
+}
+
+Result<std::span<const msgpack::object>> as_array(const msgpack::object& o, std::string_view field,
+                                                  size_t max_len) {
+  if (o.type != msgpack::type::ARRAY) {
+    return bad(codes::kMalformed, "field '" + std::string(field) + "' must be an array");
+  }
+  if (o.via.array.size > max_len) {
+    return bad(codes::kMalformed, "field '" + std::string(field) + "' has too many elements");
+  }
+  return std::span<const msgpack::object>(o.via.array.ptr, o.via.array.size);
+}
+
+// Calls on(key, value) for each entry of a map with string keys.
+template <class F>
+Status for_each_field(const msgpack::object& o, std::string_view what, F&& on) {
+  if (o.type != msgpack::type::MAP)
+    return bad(codes::kMalformed, std::string(what) + " must be a map");
+  for (uint32_t i = 0; i < o.via.map.size; ++i) {
+    const msgpack::object_kv& kv = o.via.map.ptr[i];
+    if (kv.key.type != msgpack::type::STR) {
+      return bad(codes::kMalformed, std::string(what) + " has a key that is not a string");
+    }
+    if (Status st = on(key_name(kv.key), kv.val); !st) return st;
+  }
+  return {};
+}
+
+Result<std::vector<ChunkKey>> decode_keys(const msgpack::object& o) {
+  auto items = as_array(o, "keys", kMaxKeysPerRequest);
+  if (!items) return std::unexpected(items.error());
+  std::vector<ChunkKey> keys;
+  keys.reserve(items->size());
+  for (const msgpack::object& k : *items) {
+    if (k.type != msgpack::type::BIN || k.via.bin.size != 16) {
+      return bad(codes::kMalformed, "each key must be 16 bytes of bin");
+    }
+    ChunkKey key;
+    std::memcpy(&key.lo, k.via.bin.ptr, 8);  // little-endian host (x86-64, aarch64)
+    std::memcpy(&key.hi, k.via.bin.ptr + 8, 8);
+    keys.push_back(key);
+  }
+  return keys;
+}
+
+Result<std::vector<uint32_t>> decode_u32_list(const msgpack::object& o, std::string_view field,
+                                              size_t max_len) {
+  auto items = as_array(o, field, max_len);
+  if (!items) return std::unexpected(items.error());
+  std::vector<uint32_t> out;
+  out.reserve(items->size());
+  for (const msgpack::object& v : *items) {
+    auto n = as_uint(v, field, UINT32_MAX);
+    if (!n) return std::unexpected(n.error());
+    out.push_back(static_cast<uint32_t>(*n));
+  }
+  return out;
+}
+
+Result<std::vector<std::vector<uint32_t>>> decode_blocks(const msgpack::object& o) {
+  auto items = as_array(o, "blocks", kMaxKeysPerRequest);
+  if (!items) return std::unexpected(items.error());
+  std::vector<std::vector<uint32_t>> out;
+  out.reserve(items->size());
+  for (const msgpack::object& chunk : *items) {
+    auto blocks = decode_u32_list(chunk, "blocks", kMaxBlocksPerChunk);
+    if (!blocks) return std::unexpected(blocks.error());
+    out.push_back(std::move(*blocks));
+  }
+  return out;
+}
+
+Result<KvGroup> decode_group(const msgpack::object& o) {
+  KvGroup g;
+  const std::pair<std::string_view, uint32_t KvGroup::*> members[] = {
+      {"layers", &KvGroup::layers},         {"kv_heads", &KvGroup::kv_heads},
+      {"head_dim", &KvGroup::head_dim},     {"dtype_bytes", &KvGroup::dtype_bytes},
+      {"block_size", &KvGroup::block_size}, {"blocks_per_chunk", &KvGroup::blocks_per_chunk}};
+  Status st = for_each_field(o, "layout group",
+                             [&](std::string_view key, const msgpack::object& v) -> Status {
+                               for (const auto& [name, member] : members) {
+                                 if (key != name) continue;
+                                 auto n = as_uint(v, name, UINT32_MAX);
+                                 if (!n) return std::unexpected(n.error());
+                                 g.*member = static_cast<uint32_t>(*n);
+                               }
+                               return {};
+                             });
+  if (!st) return std::unexpected(st.error());
+  return g;
+}
+
+Result<KvLayout> decode_layout(const msgpack::object& o) {
+  KvLayout layout;
+  Status st =
+      for_each_field(o, "layout", [&](std::string_view key, const msgpack::object& v) -> Status {
+        if (key == "device_layout") {
+          auto name = as_str(v, key, 32);
+          if (!name) return std::unexpected(name.error());
+          auto parsed = parse_device_layout(*name);
+          if (!parsed) return bad(codes::kMalformed, "unknown device_layout '" + *name + "'");
+          layout.device_layout = *parsed;
+        } else if (key == "groups") {
+          auto groups = as_array(v, key, kMaxGroups);
+          if (!groups) return std::unexpected(groups.error());
+          for (const msgpack::object& g : *groups) {
+            auto group = decode_group(g);
+            if (!group) return std::unexpected(group.error());
+            layout.groups.push_back(*group);
+          }
+        }
+        return {};
+      });
+  if (!st) return std::unexpected(st.error());
+  return layout;
+}
+
+Result<SharedKvMemory> decode_memory(const msgpack::object& o) {
+  SharedKvMemory mem;
+  Status st =
+      for_each_field(o, "memory", [&](std::string_view key, const msgpack::object& v) -> Status {
+        if (key == "shm_name") {
+          auto name = as_str(v, key, 255);
+          if (!name) return std::unexpected(name.error());
+          mem.shm_name = std::move(*name);
+        } else if (key == "bytes") {
+          auto n = as_uint(v, key);
+          if (!n) return std::unexpected(n.error());
+          mem.bytes = *n;
+        } else if (key == "groups") {
+          auto groups = as_array(v, key, kMaxGroups);
+          if (!groups) return std::unexpected(groups.error());
+          for (const msgpack::object& g : *groups) {
+            GroupTensors tensors;
+            Status gs = for_each_field(
+                g, "memory group", [&](std::string_view gk, const msgpack::object& gv) -> Status {
+                  if (gk == "num_blocks") {
+                    auto n = as_uint(gv, gk, UINT32_MAX);
+                    if (!n) return std::unexpected(n.error());
+                    tensors.num_blocks = static_cast<uint32_t>(*n);
+                  } else if (gk == "offsets") {
+                    auto items = as_array(gv, gk, kMaxTensorsPerGroup);
+                    if (!items) return std::unexpected(items.error());
+                    for (const msgpack::object& off : *items) {
+                      auto n = as_uint(off, gk);
+                      if (!n) return std::unexpected(n.error());
+                      tensors.offsets.push_back(*n);
+                    }
+                  }
+                  return {};
+                });
+            if (!gs) return std::unexpected(gs.error());
+            mem.groups.push_back(std::move(tensors));
+          }
+        }
+        return {};
+      });
+  if (!st) return std::unexpected(st.error());
+  return mem;
+}
+
+// Unpacks exactly one MessagePack object filling the whole frame.
+Result<msgpack::object_handle> unpack_one(std::span<const std::byte> frame) {
+  // Element counts are bounded by the frame size (each element takes at least one byte).
+  const size_t n = frame.size();
+  const msgpack::unpack_limit limit(n, n, n, n, n, /*depth=*/16);
+  try {
+    size_t offset = 0;
+    msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(frame.data()),
+                                                    frame.size(), offset, nullptr, nullptr, limit);
+    if (offset != frame.size()) return bad(codes::kMalformed, "trailing bytes after the message");
+    return handle;
+  } catch (const msgpack::insufficient_bytes&) {
+    return bad(codes::kMalformed, "truncated MessagePack");
+  } catch (const std::exception& e) {
+    return bad(codes::kMalformed, std::string("not valid MessagePack (") + e.what() + ")");
+  }
+}
+
+Status require(bool present, std::string_view field) {
+  if (!present) return bad(codes::kMalformed, "missing field '" + std::string(field) + "'");
+  return {};
+}
+
+// Which fields each op must carry.
+Status check_required(const Request& r, const std::map<std::string_view, bool>& seen) {
+  const auto has = [&](std::string_view f) { return seen.contains(f); };
+  switch (r.op) {
+    case Op::kRegister:
+      if (Status s = require(has("layout"), "layout"); !s) return s;
+      return require(has("memory"), "memory");
+    case Op::kLookup:
+      return require(has("keys"), "keys");
+    case Op::kStore:
+    case Op::kRetrieve:
+      if (Status s = require(has("keys"), "keys"); !s) return s;
+      if (Status s = require(has("blocks"), "blocks"); !s) return s;
+      if (r.keys.size() != r.blocks.size()) {
+        return bad(codes::kMalformed, "'keys' and 'blocks' differ in length");
+      }
+      return {};
+    case Op::kRelease:
+      return require(has("lock"), "lock");
+    default:
+      return {};
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(Op op) {
+  return kOpNames[static_cast<size_t>(op)];
+}
+
+std::optional<Op> parse_op(std::string_view name) {
+  for (size_t i = 0; i < std::size(kOpNames); ++i) {
+    if (kOpNames[i] == name) return static_cast<Op>(i);
+  }
+  return std::nullopt;
+}
+
+uint64_t Reply::field(std::string_view name, uint64_t fallback) const {
+  auto it = fields.find(std::string(name));
+  return it == fields.end() ? fallback : it->second;
+}
+
+Reply Reply::error(uint64_t id, std::string_view code, std::string_view message) {
+  Reply r;
+  r.id = id;
+  r.ok = false;
+  r.code = std::string(code);
+  r.message = std::string(message.substr(0, kMaxErrorMessage));
+  return r;
+}
+
+std::pair<std::string, std::string> split_decode_error(const Error& error) {
+  const std::string& m = error.message;
+  const size_t colon = m.find(": ");
+  if (colon == std::string::npos) return {std::string(codes::kMalformed), m};
+  return {m.substr(0, colon), m.substr(colon + 2, kMaxErrorMessage)};
+}
+
+Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLimits& limits,
+                               uint64_t* request_id) {
+  if (frame.size() > limits.max_frame_bytes) {
+    return bad(codes::kTooLarge, "frame of " + std::to_string(frame.size()) +
+                                     " bytes exceeds max_frame_bytes " +
+                                     std::to_string(limits.max_frame_bytes));
+  }
+  auto handle = unpack_one(frame);
+  if (!handle) return std::unexpected(handle.error());
+  const msgpack::object& root = handle->get();
+  Request r;
+  std::optional<uint64_t> version;
+  std::optional<std::string> op_name;
+  std::map<std::string_view, bool> seen;
+  Status st = for_each_field(root, "request",
+                             [&](std::string_view key, const msgpack::object& v) -> Status {
+                               seen[key] = true;
+                               if (key == "v") {
+                                 auto n = as_uint(v, key);
+                                 if (!n) return std::unexpected(n.error());
+                                 version = *n;
+                               } else if (key == "id") {
+                                 auto n = as_uint(v, key);
+                                 if (!n) return std::unexpected(n.error());
+                                 r.id = *n;
+                                 if (request_id) *request_id = *n;
+                               } else if (key == "op") {
+                                 auto s = as_str(v, key, 32);
+                                 if (!s) return std::unexpected(s.error());
+                                 op_name = std::move(*s);
+                               } else if (key == "hook") {
+                                 auto s = as_str(v, key, 64);
+                                 if (!s) return std::unexpected(s.error());
+                                 r.hook = std::move(*s);
+                               } else if (key == "rank") {
+                                 auto n = as_uint(v, key, UINT32_MAX);
+                                 if (!n) return std::unexpected(n.error());
+                                 r.rank = static_cast<uint32_t>(*n);
+                               } else if (key == "layout") {
+                                 auto layout = decode_layout(v);
+                                 if (!layout) return std::unexpected(layout.error());
+                                 r.layout = std::move(*layout);
+                               } else if (key == "memory") {
+                                 auto mem = decode_memory(v);
+                                 if (!mem) return std::unexpected(mem.error());
+                                 r.memory = std::move(*mem);
+                               } else if (key == "keys") {
+                                 auto keys = decode_keys(v);
+                                 if (!keys) return std::unexpected(keys.error());
+                                 r.keys = std::move(*keys);
+                               } else if (key == "blocks") {
+                                 auto blocks = decode_blocks(v);
+                                 if (!blocks) return std::unexpected(blocks.error());
+                                 r.blocks = std::move(*blocks);
+                               } else if (key == "lock_ms" || key == "lock") {
+                                 auto n = as_uint(v, key);
+                                 if (!n) return std::unexpected(n.error());
+                                 (key == "lock" ? r.lock : r.lock_ms) = *n;
+                               } else if (key == "group") {
+                                 auto n = as_uint(v, key, UINT32_MAX);
+                                 if (!n) return std::unexpected(n.error());
+                                 r.group = static_cast<uint32_t>(*n);
+                               }  // other keys are ignored (forward compatibility)
+                               return {};
+                             });
+  if (!st) return std::unexpected(st.error());
+  if (!seen.contains("id")) return bad(codes::kMalformed, "missing field 'id'");
+  if (!version) return bad(codes::kMalformed, "missing field 'v'");
+  if (*version != kProtocolVersion) {
+    return bad(codes::kUnsupportedVersion, "protocol version " + std::to_string(*version) +
+                                               " (this server speaks " +
+                                               std::to_string(kProtocolVersion) + ")");
+  }
+  if (!op_name) return bad(codes::kMalformed, "missing field 'op'");
+  auto op = parse_op(*op_name);
+  if (!op) return bad(codes::kUnknownOp, "unknown op '" + *op_name + "'");
+  r.op = *op;
+  if (Status s = check_required(r, seen); !s) return std::unexpected(s.error());
+  return r;
+}
+
+Result<Reply> decode_reply(std::span<const std::byte> frame) {
+  auto handle = unpack_one(frame);
+  if (!handle) return std::unexpected(handle.error());
+  Reply r;
+  bool has_ok = false;
+  Status st = for_each_field(
+      handle->get(), "reply", [&](std::string_view key, const msgpack::object& v) -> Status {
+        if (key == "ok") {
+          if (v.type != msgpack::type::BOOLEAN)
+            return bad(codes::kMalformed, "'ok' must be a boolean");
+          r.ok = v.via.boolean;
+          has_ok = true;
+        } else if (key == "code" || key == "msg" || key == "event") {
+          auto s = as_str(v, key, kMaxErrorMessage);
+          if (!s) return std::unexpected(s.error());
+          (key == "code" ? r.code : key == "msg" ? r.message : r.event) = std::move(*s);
+        } else if (key == "id") {
+          auto n = as_uint(v, key);
+          if (!n) return std::unexpected(n.error());
+          r.id = *n;
+        } else if (v.type == msgpack::type::POSITIVE_INTEGER) {
+          r.fields[std::string(key)] = v.via.u64;
+        }
+        return {};
+      });
+  if (!st) return std::unexpected(st.error());
+  if (!has_ok) return bad(codes::kMalformed, "reply without 'ok'");
+  return r;
+}
+
+}  // namespace kvtier::server

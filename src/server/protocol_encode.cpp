@@ -1,0 +1,91 @@
+// MessagePack encoding of kvtierd frames (the decoder is protocol_codec.cpp).
+#include <cstring>
+#include <msgpack.hpp>
+
+#include "kvtier/server/protocol.h"
+
+namespace kvtier::server {
+
+std::string encode_request(const Request& r) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  const bool keyed = r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve;
+  const bool moves = r.op == Op::kStore || r.op == Op::kRetrieve;
+  uint32_t n = 3 + (r.hook.empty() ? 0 : 1);
+  if (r.op == Op::kRegister) n += 3;
+  if (keyed) n += 1;
+  if (r.op == Op::kLookup) n += 1;
+  if (moves) n += 2;
+  if (r.op == Op::kRetrieve || r.op == Op::kRelease) n += 1;
+  pk.pack_map(n);
+  pk.pack("v"), pk.pack(kProtocolVersion);
+  pk.pack("id"), pk.pack(r.id);
+  pk.pack("op"), pk.pack(std::string(to_string(r.op)));
+  if (!r.hook.empty()) pk.pack("hook"), pk.pack(r.hook);
+  if (r.op == Op::kRegister) {
+    pk.pack("rank"), pk.pack(r.rank);
+    pk.pack("layout");
+    pk.pack_map(2);
+    pk.pack("device_layout"), pk.pack(std::string(to_string(r.layout.device_layout)));
+    pk.pack("groups");
+    pk.pack_array(static_cast<uint32_t>(r.layout.groups.size()));
+    for (const KvGroup& g : r.layout.groups) {
+      pk.pack_map(6);
+      pk.pack("layers"), pk.pack(g.layers);
+      pk.pack("kv_heads"), pk.pack(g.kv_heads);
+      pk.pack("head_dim"), pk.pack(g.head_dim);
+      pk.pack("dtype_bytes"), pk.pack(g.dtype_bytes);
+      pk.pack("block_size"), pk.pack(g.block_size);
+      pk.pack("blocks_per_chunk"), pk.pack(g.blocks_per_chunk);
+    }
+    pk.pack("memory");
+    pk.pack_map(3);
+    pk.pack("shm_name"), pk.pack(r.memory.shm_name);
+    pk.pack("bytes"), pk.pack(r.memory.bytes);
+    pk.pack("groups");
+    pk.pack_array(static_cast<uint32_t>(r.memory.groups.size()));
+    for (const GroupTensors& g : r.memory.groups) {
+      pk.pack_map(2);
+      pk.pack("offsets"), pk.pack(g.offsets);
+      pk.pack("num_blocks"), pk.pack(g.num_blocks);
+    }
+  }
+  if (keyed) {
+    pk.pack("keys");
+    pk.pack_array(static_cast<uint32_t>(r.keys.size()));
+    for (const ChunkKey& k : r.keys) {
+      char bytes[16];
+      std::memcpy(bytes, &k.lo, 8);
+      std::memcpy(bytes + 8, &k.hi, 8);
+      pk.pack_bin(16);
+      pk.pack_bin_body(bytes, 16);
+    }
+  }
+  if (r.op == Op::kLookup) pk.pack("lock_ms"), pk.pack(r.lock_ms);
+  if (moves) {
+    pk.pack("group"), pk.pack(r.group);
+    pk.pack("blocks"), pk.pack(r.blocks);
+  }
+  if (r.op == Op::kRetrieve || r.op == Op::kRelease) pk.pack("lock"), pk.pack(r.lock);
+  return std::string(buf.data(), buf.size());
+}
+
+std::string encode_reply(const Reply& r) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  uint32_t n =
+      3 + static_cast<uint32_t>(r.fields.size()) + (r.ok ? 0 : 2) + (r.event.empty() ? 0 : 1);
+  pk.pack_map(n);
+  pk.pack("v"), pk.pack(kProtocolVersion);
+  pk.pack("id"), pk.pack(r.id);
+  pk.pack("ok"), pk.pack(r.ok);
+  if (!r.ok) {
+    pk.pack("code"), pk.pack(r.code);
+    pk.pack("msg"), pk.pack(r.message.substr(0, kMaxErrorMessage));
+  }
+  if (!r.event.empty()) pk.pack("event"), pk.pack(r.event);
+  for (const auto& [k, v] : r.fields) pk.pack(k), pk.pack(v);
+  return std::string(buf.data(), buf.size());
+}
+
+}  // namespace kvtier::server

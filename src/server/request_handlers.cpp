@@ -1,0 +1,295 @@
+// kvtierd's request handlers. Each runs on the cache service thread and sends exactly one
+// reply, or (STORE, RETRIEVE) submits a transfer whose reply finish() sends (F11). A handler
+// may raise only before it changes cache state; CacheService::handle() turns that into an
+// "internal" error reply.
+#include <stdexcept>
+#include <thread>
+
+#include "cache_service.h"
+
+namespace kvtier::server {
+namespace {
+
+std::string_view code_for(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kNotFound:
+      return codes::kNotFound;
+    case ErrorCode::kResourceExhausted:
+      return codes::kResourceExhausted;
+    case ErrorCode::kInvalidArgument:
+      return codes::kInvalidArgument;
+    default:
+      return codes::kInternal;
+  }
+}
+
+}  // namespace
+
+void CacheService::dispatch(const std::string& client, const Request& r) {
+  ++counters_[std::string("op_") + std::string(to_string(r.op))];
+  if (r.hook == "throw") throw std::runtime_error("test hook 'throw'");
+  if (r.hook == "stall") {  // a slow handler: the socket loop must keep serving meanwhile
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+  if (r.hook == "no_reply") {  // deliberately breaks F11, to test client deadlines
+    ++counters_["swallowed"];
+    return;
+  }
+  const bool new_work =
+      r.op == Op::kRegister || r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve;
+  if (draining_ && new_work) {
+    error(client, r.id, codes::kShuttingDown, "kvtierd is shutting down");
+    return;
+  }
+  switch (r.op) {
+    case Op::kRegister:
+      return handle_register(client, r);
+    case Op::kUnregister:
+      return handle_unregister(client, r);
+    case Op::kLookup:
+      return handle_lookup(client, r);
+    case Op::kStore:
+    case Op::kRetrieve:
+      return handle_transfer(client, r);
+    case Op::kRelease:
+      return handle_release(client, r);
+    case Op::kStats:
+      return handle_stats(client, r);
+    case Op::kShutdown:
+      ok(client, r.id);
+      draining_ = true;
+      return;
+    case Op::kPing:  // answered by the socket loop; kept here for completeness
+      ok(client, r.id, {{"boot_id", boot_id_}});
+      return;
+  }
+}
+
+CacheService::Session* CacheService::session_of(const std::string& client, uint64_t id) {
+  auto it = sessions_.find(client);
+  if (it == sessions_.end() || it->second.gone) {
+    error(client, id, codes::kNotRegistered, "REGISTER first");
+    return nullptr;
+  }
+  return &it->second;
+}
+
+void CacheService::handle_register(const std::string& client, const Request& r) {
+  if (auto it = sessions_.find(client); it != sessions_.end() && !it->second.gone) {
+    error(client, r.id, codes::kAlreadyRegistered, "this client is registered already");
+    return;
+  }
+  if (sessions_.contains(client)) {
+    error(client, r.id, codes::kBusy, "the previous session still has transfers in flight");
+    return;
+  }
+  if (Status st = r.layout.validate(); !st) {
+    error(client, r.id, codes::kInvalidArgument, "layout: " + st.error().message);
+    return;
+  }
+  if (r.layout.max_chunk_bytes() > pool_.slot_bytes()) {
+    error(client, r.id, codes::kInvalidArgument,
+          "chunk of " + std::to_string(r.layout.max_chunk_bytes()) +
+              " bytes exceeds the server's slot of " + std::to_string(pool_.slot_bytes()) +
+              " bytes");
+    return;
+  }
+  auto memory = SharedKvMapping::open(host_, r.memory, r.layout);
+  if (!memory) {
+    error(client, r.id, code_for(memory.error().code), "memory: " + memory.error().message);
+    return;
+  }
+  const HostSlots slots{pool_.slot_address(0), pool_.slot_bytes(),
+                        static_cast<uint32_t>(pool_.num_slots())};
+  try {
+    validate_addresses(r.layout, (*memory)->addresses(), slots);
+  } catch (const std::invalid_argument& e) {
+    error(client, r.id, codes::kInvalidArgument, e.what());
+    return;
+  }
+  Session session;
+  session.rank = r.rank;
+  session.layout = r.layout;
+  session.memory = std::move(*memory);
+  session.compute = device_.create_stream();
+  session.engine = std::make_unique<TransferEngine>(device_, r.layout, session.memory->addresses(),
+                                                    slots, session.compute, transfer_options_);
+  sessions_.emplace(client, std::move(session));
+  ok(client, r.id, {{"boot_id", boot_id_}, {"slot_bytes", pool_.slot_bytes()}});
+}
+
+void CacheService::handle_unregister(const std::string& client, const Request& r) {
+  Session* s = session_of(client, r.id);
+  if (!s) return;
+  if (!s->pending.empty()) {
+    error(client, r.id, codes::kBusy, "transfers in flight");
+    return;
+  }
+  release_locks(locks_.take_all_of(client));
+  destroy_session(*s);
+  sessions_.erase(client);
+  ok(client, r.id);
+}
+
+void CacheService::handle_lookup(const std::string& client, const Request& r) {
+  if (!session_of(client, r.id)) return;
+  const LookupResult found = cache_.lookup(r.keys);
+  uint64_t lock_id = 0;
+  if (r.lock_ms > 0 && found.hit_chunks > 0) {
+    const size_t limit = options_.config.server.max_locks;
+    if (locks_.keys_held(client) + found.hit_chunks > limit) {
+      error(client, r.id, codes::kLimitExceeded,
+            "read locks would exceed server.max_locks (" + std::to_string(limit) + " keys)");
+      return;
+    }
+    std::vector<ChunkKey> keys(r.keys.begin(), r.keys.begin() + found.hit_chunks);
+    auto pinned = cache_.prepare_load(keys);
+    if (!pinned) throw std::logic_error("lookup hits not loadable: " + pinned.error().message);
+    const Duration ttl = std::min(Duration(std::chrono::milliseconds(r.lock_ms)),
+                                  seconds_to_duration(options_.config.server.lock_ttl_s));
+    lock_id = locks_.add(ReadLock{
+        .client = client, .keys = std::move(keys), .expires = SteadyClock::instance().now() + ttl});
+  }
+  ok(client, r.id,
+     {{"hits", found.hit_chunks}, {"pending", found.pending ? 1u : 0u}, {"lock", lock_id}});
+}
+
+Status CacheService::check_chunks(const Session& s, const Request& r) const {
+  if (r.group >= s.layout.groups.size()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "group " + std::to_string(r.group) + " is not in the registered layout");
+  }
+  const uint32_t per_chunk = s.layout.groups[r.group].blocks_per_chunk;
+  const uint32_t num_blocks = s.memory->addresses().groups[r.group].num_blocks;
+  for (size_t i = 0; i < r.blocks.size(); ++i) {
+    if (r.blocks[i].size() != per_chunk) {
+      return make_error(ErrorCode::kInvalidArgument, "chunk " + std::to_string(i) + " lists " +
+                                                         std::to_string(r.blocks[i].size()) +
+                                                         " blocks, the layout needs " +
+                                                         std::to_string(per_chunk));
+    }
+    for (uint32_t b : r.blocks[i]) {
+      if (b >= num_blocks) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "block " + std::to_string(b) + " is out of range (" +
+                              std::to_string(num_blocks) + " blocks registered)");
+      }
+    }
+  }
+  return {};
+}
+
+void CacheService::handle_transfer(const std::string& client, const Request& r) {
+  Session* s = session_of(client, r.id);
+  if (!s) return;
+  if (Status st = check_chunks(*s, r); !st) {
+    error(client, r.id, codes::kInvalidArgument, st.error().message);
+    return;
+  }
+  if (s->quarantined) {
+    error(client, r.id, codes::kTransferFailed,
+          "an earlier transfer of this client was unprovable; it takes no new transfers");
+    return;
+  }
+  std::vector<ChunkTransfer> chunks;
+  PendingTransfer pending{.request_id = r.id};
+  if (r.op == Op::kStore) {
+    auto plan = cache_.prepare_store(r.keys);
+    if (!plan) {
+      error(client, r.id, codes::kResourceExhausted, "no room in the host pool");
+      return;
+    }
+    for (size_t i = 0, p = 0; i < r.keys.size() && p < plan->keys.size(); ++i) {
+      if (r.keys[i] != plan->keys[p]) continue;
+      chunks.push_back(
+          ChunkTransfer{.group = r.group, .blocks = r.blocks[i], .slot = plan->slots[p]});
+      ++p;
+    }
+    pending.direction = Direction::kStore;
+    pending.keys = plan->keys;
+    pending.already_present = r.keys.size() - plan->keys.size();
+  } else {
+    auto slots = cache_.prepare_load(r.keys);
+    if (!slots) {
+      error(client, r.id, codes::kNotFound, slots.error().message);
+      return;
+    }
+    for (size_t i = 0; i < r.keys.size(); ++i) {
+      chunks.push_back(ChunkTransfer{.group = r.group, .blocks = r.blocks[i], .slot = (*slots)[i]});
+    }
+    pending.direction = Direction::kLoad;
+    pending.keys = r.keys;
+    if (r.lock != 0) {
+      if (auto lock = locks_.take(r.lock, client)) release_locks({std::move(*lock)});
+    }
+  }
+  if (chunks.empty()) {  // every key was present already
+    ok(client, r.id, {{"chunks", 0}, {"bytes", 0}, {"already_present", pending.already_present}});
+    return;
+  }
+  submit(client, *s, r, pending.direction, std::move(chunks), std::move(pending));
+}
+
+void CacheService::submit(const std::string& client, Session& s, const Request& r,
+                          Direction direction, std::vector<ChunkTransfer> chunks,
+                          PendingTransfer pending) {
+  const JobId job = next_job_++;
+  if (r.hook == "hang_copies" && fault_) {
+    // The copies of this transfer hang on the client's memory until the process ends: a
+    // transfer held in flight deterministically (tests kill the server meanwhile).
+    fault_->set_plan(
+        FaultPlan::rules({FaultRule{.call = fault_->counts().copy_calls, .hang = true}}));
+  } else if (r.hook == "fail_partway" && fault_) {
+    // A device fault after the first descriptor was enqueued, and that copy hangs: the engine
+    // cannot show the copies stopped, so the reply must wait for its decision (Unprovable at
+    // the transfer deadline), never come at once as a plain failure (F11, F5).
+    fault_->set_plan(FaultPlan::rules(
+        {FaultRule{.call = fault_->counts().copy_calls, .fail_at = 1, .hang = true}}));
+  } else if (r.hook == "fail_copies" && fault_) {  // a device fault before any copy: Failed
+    fault_->set_plan(
+        FaultPlan::rules({FaultRule{.call = fault_->counts().copy_calls, .fail_at = 0}}));
+  }
+  s.pending.emplace(job, std::move(pending));
+  try {
+    s.engine->submit(job, direction, chunks);
+  } catch (const std::exception& e) {
+    // Not a device fault (F2): the engine's state is unspecified, so nothing can be proven
+    // about copies it may have enqueued. Answer "unprovable" and retain the memory (F7).
+    fail_session(client, s, std::string("transfer engine raised at submit: ") + e.what());
+  }
+}
+
+void CacheService::handle_release(const std::string& client, const Request& r) {
+  auto lock = locks_.take(r.lock, client);
+  if (!lock) {
+    error(client, r.id, codes::kNotFound, "no lock " + std::to_string(r.lock) + " held");
+    return;
+  }
+  release_locks({std::move(*lock)});
+  ok(client, r.id);
+}
+
+void CacheService::handle_stats(const std::string& client, const Request& r) {
+  const CacheCounters c = cache_.counters();
+  std::map<std::string, uint64_t> f = counters_;
+  f["boot_id"] = boot_id_;
+  f["clients"] = sessions_.size();
+  f["locks"] = locks_.size();
+  f["transfers_in_flight"] = transfers_in_flight();
+  f["slots_free"] = c.slots_free;
+  f["slots_pending"] = c.slots_pending;
+  f["slots_ready"] = c.slots_ready;
+  f["slots_pinned"] = c.slots_pinned;
+  f["slots_quarantined"] = c.slots_quarantined;
+  f["quarantined_bytes"] = c.quarantined_bytes;
+  f["requests"] = loop_.requests.load();
+  f["pings"] = loop_.pings.load();
+  f["rejected_frames"] = loop_.rejected_frames.load();
+  f["limit_rejections"] = loop_.limit_rejections.load();
+  f["clients_reaped"] = loop_.clients_reaped.load();
+  f["injected_hangs"] = fault_ ? fault_->counts().hangs : 0;
+  f["cache_audit_ok"] = cache_.audit().has_value() ? 1 : 0;
+  ok(client, r.id, std::move(f));
+}
+
+}  // namespace kvtier::server

@@ -1,0 +1,44 @@
+// A client's KV memory as the server sees it: the client's shared-memory object mapped into
+// this process and adopted by the host device as device memory (the host device's stand-in for
+// a CUDA IPC handle).
+//
+// Lifetime (F7): a mapping that an Unprovable transfer may still touch must never be unmapped;
+// the owner then calls retain_forever() and the destructor leaves the mapping in place.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kvtier/core/status.h"
+#include "kvtier/device/host_device.h"
+#include "kvtier/server/protocol.h"
+#include "kvtier/transfer/copy_descriptors.h"
+
+namespace kvtier::server {
+
+class SharedKvMapping {
+ public:
+  // Opens and maps `memory.shm_name` (its size must be exactly memory.bytes), checks that every
+  // tensor of `layout` fits, and adopts it. kInvalidArgument / kNotFound name what is wrong.
+  static Result<std::unique_ptr<SharedKvMapping>> open(HostDevice& device,
+                                                       const SharedKvMemory& memory,
+                                                       const KvLayout& layout);
+  ~SharedKvMapping();
+  SharedKvMapping(const SharedKvMapping&) = delete;
+  SharedKvMapping& operator=(const SharedKvMapping&) = delete;
+
+  const KvCacheAddresses& addresses() const { return addresses_; }
+  void retain_forever() { retained_ = true; }
+
+ private:
+  SharedKvMapping(HostDevice& device, void* base, size_t bytes)
+      : device_(device), base_(base), bytes_(bytes) {}
+
+  HostDevice& device_;
+  void* base_;
+  size_t bytes_;
+  KvCacheAddresses addresses_;
+  bool retained_ = false;
+};
+
+}  // namespace kvtier::server

@@ -1,0 +1,131 @@
+// Codec unit tests: round trips, and every kind of bad frame is an error naming its protocol
+// error code (never a crash, never an exception).
+#include <gtest/gtest.h>
+
+#include <msgpack.hpp>
+#include <optional>
+
+#include "kvtier/server/protocol.h"
+
+namespace kvtier::server {
+namespace {
+
+// A request map with the given version / id / op entries (each left out when empty) and
+// `extra` more entries packed by `more`.
+template <class More>
+std::string frame(std::optional<uint64_t> v, std::optional<std::string> id, std::string op,
+                  uint32_t extra, More more) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_map((v ? 1 : 0) + (id ? 1 : 0) + 1 + extra);
+  if (v) pk.pack("v"), pk.pack(*v);
+  if (id) {
+    pk.pack("id");
+    if (*id == "x") {
+      pk.pack("x");
+    } else {
+      pk.pack(std::stoull(*id));
+    }
+  }
+  pk.pack("op"), pk.pack(op);
+  more(pk);
+  return std::string(buf.data(), buf.size());
+}
+std::string frame(std::optional<uint64_t> v, std::optional<std::string> id, std::string op) {
+  return frame(v, std::move(id), std::move(op), 0, [](auto&) {});
+}
+
+std::string error_code(const Result<Request>& r) {
+  EXPECT_FALSE(r.has_value());
+  return r ? "" : split_decode_error(r.error()).first;
+}
+
+Request store_request() {
+  Request r{.id = 42, .op = Op::kStore};
+  r.keys = {ChunkKey{1, 2}, ChunkKey{3, 4}};
+  r.blocks = {{0, 1}, {2, 3}};
+  r.group = 0;
+  return r;
+}
+
+TEST(ProtocolCodec, RequestRoundTrip) {
+  const Request in = store_request();
+  auto out = decode_request(as_bytes(encode_request(in)), DecodeLimits{});
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(out->id, 42u);
+  EXPECT_EQ(out->op, Op::kStore);
+  EXPECT_EQ(out->keys, in.keys);
+  EXPECT_EQ(out->blocks, in.blocks);
+}
+
+TEST(ProtocolCodec, RegisterRoundTrip) {
+  Request in{.id = 7, .op = Op::kRegister};
+  in.rank = 3;
+  in.layout.groups.push_back(KvGroup{2, 2, 8, 2, 4, 4});
+  in.memory = SharedKvMemory{.shm_name = "/x", .bytes = 4096, .groups = {{{0, 2048}, 4}}};
+  auto out = decode_request(as_bytes(encode_request(in)), DecodeLimits{});
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(out->rank, 3u);
+  EXPECT_EQ(out->layout.groups.at(0).block_size, 4u);
+  EXPECT_EQ(out->memory.groups.at(0).offsets, (std::vector<uint64_t>{0, 2048}));
+}
+
+TEST(ProtocolCodec, ReplyRoundTripBoundsTheMessage) {
+  Reply in = Reply::error(9, codes::kInternal, std::string(1000, 'x'));
+  auto out = decode_reply(as_bytes(encode_reply(in)));
+  ASSERT_TRUE(out);
+  EXPECT_FALSE(out->ok);
+  EXPECT_EQ(out->id, 9u);
+  EXPECT_EQ(out->code, codes::kInternal);
+  EXPECT_EQ(out->message.size(), kMaxErrorMessage);
+}
+
+TEST(ProtocolCodec, F11_EveryTruncationIsMalformedNotACrash) {
+  const std::string frame = encode_request(store_request());
+  for (size_t n = 0; n < frame.size(); ++n) {
+    uint64_t id = 0;
+    auto r = decode_request(as_bytes(std::string_view(frame).substr(0, n)), DecodeLimits{}, &id);
+    EXPECT_EQ(error_code(r), codes::kMalformed) << "prefix of " << n << " bytes";
+  }
+}
+
+TEST(ProtocolCodec, F11_BadFramesNameTheirErrorCode) {
+  const DecodeLimits limits{.max_frame_bytes = 64};
+  EXPECT_EQ(error_code(decode_request(as_bytes(std::string(65, 'a')), limits)), codes::kTooLarge);
+  EXPECT_EQ(error_code(decode_request(as_bytes("\xc1"), limits)), codes::kMalformed);
+  msgpack::sbuffer array;
+  msgpack::pack(array, std::vector<int>{1, 2});
+  EXPECT_EQ(error_code(decode_request(as_bytes({array.data(), array.size()}), limits)),
+            codes::kMalformed);
+  uint64_t id = 0;
+  EXPECT_EQ(error_code(decode_request(as_bytes(frame(1, "5", "FROB")), limits, &id)),
+            codes::kUnknownOp);
+  EXPECT_EQ(id, 5u);  // the error reply can echo it
+  EXPECT_EQ(error_code(decode_request(as_bytes(frame(2, "5", "PING")), limits)),
+            codes::kUnsupportedVersion);
+  EXPECT_EQ(error_code(decode_request(as_bytes(frame(1, std::nullopt, "PING")), limits)),
+            codes::kMalformed);
+  EXPECT_EQ(error_code(decode_request(as_bytes(frame(std::nullopt, "1", "PING")), limits)),
+            codes::kMalformed);
+  EXPECT_EQ(error_code(decode_request(as_bytes(frame(1, "x", "PING")), limits)), codes::kMalformed);
+  EXPECT_EQ(error_code(decode_request(as_bytes(frame(1, "1", "STORE")), limits)),
+            codes::kMalformed);  // keys and blocks missing
+  EXPECT_TRUE(decode_request(as_bytes(frame(1, "1", "PING")), limits));
+}
+
+TEST(ProtocolCodec, F11_KeysOfWrongSizeAndMismatchedBlocksAreMalformed) {
+  Request r = store_request();
+  r.blocks.pop_back();
+  EXPECT_EQ(error_code(decode_request(as_bytes(encode_request(r)), DecodeLimits{})),
+            codes::kMalformed);
+  const std::string bad_key = frame(1, "1", "LOOKUP", 1, [](auto& pk) {
+    pk.pack("keys");
+    pk.pack_array(1);
+    pk.pack_bin(3);
+    pk.pack_bin_body("abc", 3);
+  });
+  EXPECT_EQ(error_code(decode_request(as_bytes(bad_key), DecodeLimits{})), codes::kMalformed);
+}
+
+}  // namespace
+}  // namespace kvtier::server
