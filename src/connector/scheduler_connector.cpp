@@ -228,6 +228,7 @@ void SchedulerConnector::update_state_after_alloc(const RequestId& request,
     return;
   }
   for (size_t i = 0; i < transfer.chunks.size(); ++i) transfer.chunks[i].slot = (*slots)[i];
+  cache_.touch(job->keys);  // used again: the most recently used keep their slots longest
   for (const ChunkKey& k : job->keys) ++being_loaded_[k];
   r.load = job->id;
   ++counters_.jobs_issued;
