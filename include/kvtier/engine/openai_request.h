@@ -1,0 +1,55 @@
+// Parsing and validation of the OpenAI-style request bodies of the frontend:
+// POST /v1/completions and POST /v1/chat/completions.
+//
+// Accepted fields (others are ignored, as OpenAI clients send many):
+//   model        string, optional; when present it must name the served model (404 otherwise)
+//   prompt       string (completions), the whole prompt; byte-level tokens
+//   messages     non-empty array of {"role": string, "content": string} (chat), rendered by
+//                chat_prompt()
+//   max_tokens   integer in [1, model.max_context], default engine.max_tokens; the prompt plus
+//                max_tokens must fit in model.max_context
+//   stream       bool, default false
+//   temperature  number, optional, ignored: decoding is greedy
+// Every rejection names the offending field in RequestError::param.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace kvtier {
+
+struct CompletionRequest {
+  bool chat = false;
+  std::string prompt;  // chat: after the template
+  uint32_t max_tokens = 0;
+  bool stream = false;
+};
+
+struct RequestLimits {
+  std::string model_name;
+  uint32_t default_max_tokens = 64;
+  uint32_t max_context = 16384;
+};
+
+// An error answer in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+struct RequestError {
+  int http_status = 400;
+  std::string message;
+  std::string param;                          // the field, empty if none
+  std::string type = "invalid_request_error";
+  std::string code;                           // empty: null
+  nlohmann::json body() const;
+};
+
+std::expected<CompletionRequest, RequestError> parse_completion_request(std::string_view body,
+                                                                        bool chat,
+                                                                        const RequestLimits& limits);
+
+// The chat template: each message as "<|role|>\n" + content + "\n", then "<|assistant|>\n" to
+// open the answer. E.g. [{"role":"user","content":"hi"}] → "<|user|>\nhi\n<|assistant|>\n".
+std::string chat_prompt(const nlohmann::json& messages);
+
+}  // namespace kvtier

@@ -1,0 +1,239 @@
+#include "kvtier/engine/frontend_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <ctime>
+#include <iostream>
+
+#include "kvtier/engine/byte_vocab.h"
+#include "kvtier/engine/openai_request.h"
+#include "kvtier/engine/openai_response.h"
+
+namespace kvtier {
+namespace {
+
+// How long one wait on a request's stream lasts before the handler checks its client.
+constexpr auto kWaitSlice = std::chrono::milliseconds(100);
+// Enough threads for many concurrent streams; each streaming request holds one.
+constexpr size_t kHttpThreads = 64;
+
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void reply_json(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+RequestError engine_error(int status, std::string message, std::string code) {
+  RequestError error{status, std::move(message), ""};
+  error.type = "engine_error";
+  error.code = std::move(code);
+  return error;
+}
+
+// The text of generated tokens; a token the vocabulary cannot print is an engine error.
+std::optional<std::string> text_of(const std::vector<TokenId>& tokens) {
+  try {
+    return detokenize(tokens);
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+}
+
+// One request in flight, shared by its handler and (for streams) its content provider.
+struct Exchange {
+  CoreManager* manager = nullptr;
+  std::shared_ptr<RequestStream> stream;
+  ResponseShape shape;
+  CompletionUsage usage;
+  std::chrono::steady_clock::time_point deadline;
+  bool opened = false;  // chat stream: role chunk sent
+
+  // The next event, or an error event once the deadline passed (the request is aborted).
+  std::optional<StreamEvent> next() {
+    if (auto event = stream->next(kWaitSlice)) {
+      usage.prompt_tokens = std::max(usage.prompt_tokens, event->prompt_tokens);
+      usage.cached_tokens = std::max(usage.cached_tokens, event->cached_tokens);
+      usage.completion_tokens += static_cast<uint32_t>(event->tokens.size());
+      return event;
+    }
+    if (std::chrono::steady_clock::now() < deadline) return std::nullopt;
+    manager->abort(stream->id());
+    StreamEvent timeout;
+    timeout.kind = StreamEvent::Kind::kError;
+    timeout.error = "no output within the request timeout";
+    return timeout;
+  }
+};
+
+}  // namespace
+
+struct FrontendServer::Impl {
+  CoreManager& manager;
+  Config config;
+  httplib::Server http;
+
+  Impl(CoreManager& m, const Config& c) : manager(m), config(c) {
+    http.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
+    http.set_payload_max_length(size_t{64} << 20);
+    http.set_read_timeout(std::chrono::seconds(30));
+    http.set_write_timeout(std::chrono::seconds(30));
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      const HealthReport report = manager.health();
+      reply_json(res, report.http_status, report.body);
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(render_metrics(manager.metrics()), "text/plain; version=0.0.4");
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      reply_json(res, 200,
+                 {{"object", "list"},
+                  {"data", nlohmann::json::array({{{"id", config.engine.model_name},
+                                                   {"object", "model"},
+                                                   {"created", 0},
+                                                   {"owned_by", "kvtier"}}})}});
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      complete(req, res, false);
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      complete(req, res, true);
+    });
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res,
+                                  std::exception_ptr error) {
+      std::string what = "internal error";
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      std::cerr << "kvtier frontend: request failed: " << what << "\n";
+      reply_json(res, 500, engine_error(500, what, "internal_error").body());
+    });
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      RequestError error{res.status, "no route " + req.method + " " + req.path, ""};
+      reply_json(res, res.status, error.body());
+    });
+  }
+
+  void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+    const RequestLimits limits{config.engine.model_name, config.engine.max_tokens,
+                               config.model.max_context};
+    auto request = parse_completion_request(req.body, chat, limits);
+    if (!request) {
+      reply_json(res, request.error().http_status, request.error().body());
+      return;
+    }
+    auto stream = manager.submit(tokenize(request->prompt), request->max_tokens);
+    if (!stream) {
+      reply_json(res, 503, engine_error(503, stream.error().message, "engine_unavailable").body());
+      return;
+    }
+    auto exchange = std::make_shared<Exchange>(Exchange{
+        &manager, *stream,
+        ResponseShape(chat, (chat ? "chatcmpl-" : "cmpl-") + (*stream)->id(),
+                      config.engine.model_name, static_cast<int64_t>(std::time(nullptr))),
+        CompletionUsage{}, std::chrono::steady_clock::now() + kRequestTimeout});
+    if (request->stream) {
+      stream_response(res, exchange, chat);
+    } else {
+      whole_response(res, *exchange);
+    }
+  }
+
+  // Waits for the whole output; each wait is bounded (see Exchange::next).
+  static void whole_response(httplib::Response& res, Exchange& exchange) {
+    std::vector<TokenId> tokens;
+    for (;;) {
+      std::optional<StreamEvent> event = exchange.next();
+      if (!event) continue;
+      tokens.insert(tokens.end(), event->tokens.begin(), event->tokens.end());
+      if (event->kind == StreamEvent::Kind::kError) {
+        reply_json(res, 503, engine_error(503, event->error, "engine_failed").body());
+        return;
+      }
+      if (event->kind != StreamEvent::Kind::kDone) continue;
+      const std::optional<std::string> text = text_of(tokens);
+      if (!text) {
+        reply_json(res, 500,
+                   engine_error(500, "the engine produced a token outside the vocabulary",
+                                "internal_error").body());
+        return;
+      }
+      reply_json(res, 200, exchange.shape.full(*text, event->finish_reason, exchange.usage));
+      return;
+    }
+  }
+
+  // SSE: one chunk per `out`, then [DONE]; on failure an `error` event and the end (H5).
+  void stream_response(httplib::Response& res, std::shared_ptr<Exchange> exchange, bool chat) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [exchange, chat, manager = &manager](size_t, httplib::DataSink& sink) {
+          auto write = [&](const std::string& text) {
+            if (sink.write(text.data(), text.size())) return true;
+            manager->abort(exchange->stream->id());  // the client went away
+            return false;
+          };
+          if (chat && !exchange->opened) {
+            exchange->opened = true;
+            return write(sse_event(exchange->shape.role_chunk()));
+          }
+          std::optional<StreamEvent> event = exchange->next();
+          if (!event) return sink.is_writable() || (manager->abort(exchange->stream->id()), false);
+          std::optional<std::string> text = text_of(event->tokens);
+          if (!text) {
+            event->kind = StreamEvent::Kind::kError;
+            event->error = "the engine produced a token outside the vocabulary";
+            manager->abort(exchange->stream->id());
+          }
+          if (event->kind == StreamEvent::Kind::kError) {
+            const bool ok = write(sse_event(
+                engine_error(503, event->error, "engine_failed").body(), "error"));
+            sink.done();
+            return ok;
+          }
+          if (!text->empty() && !write(sse_event(exchange->shape.chunk(*text)))) return false;
+          if (event->kind == StreamEvent::Kind::kDone) {
+            const bool ok =
+                write(sse_event(exchange->shape.final_chunk(event->finish_reason, exchange->usage)) +
+                      kSseDone);
+            sink.done();
+            return ok;
+          }
+          return true;
+        });
+  }
+};
+
+FrontendServer::FrontendServer(CoreManager& manager, const Config& config)
+    : impl_(std::make_unique<Impl>(manager, config)) {}
+
+FrontendServer::~FrontendServer() { stop(); }
+
+Result<int> FrontendServer::bind() {
+  const EngineConfig& engine = impl_->config.engine;
+  if (engine.port == 0) {
+    const int port = impl_->http.bind_to_any_port(engine.host);
+    if (port < 0) return make_error(ErrorCode::kUnavailable, "cannot bind " + engine.host);
+    return port;
+  }
+  if (!impl_->http.bind_to_port(engine.host, static_cast<int>(engine.port))) {
+    return make_error(ErrorCode::kUnavailable,
+                      "cannot bind " + engine.host + ":" + std::to_string(engine.port) +
+                          " (engine.host / engine.port)");
+  }
+  return static_cast<int>(engine.port);
+}
+
+void FrontendServer::run() { impl_->http.listen_after_bind(); }
+
+void FrontendServer::stop() { impl_->http.stop(); }
+
+}  // namespace kvtier
