@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
                                          kvtier::cli::add_config_command(app),
                                          kvtier::cli::add_engine_core_command(app),
                                          kvtier::cli::add_worker_command(app),
-                                         kvtier::cli::add_server_command(app)};
+                                         kvtier::cli::add_server_command(app),
+                                         kvtier::cli::add_serve_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
