@@ -288,7 +288,7 @@ TEST(FrontendCoreManager, H3_ShutdownTurnsHealthClosedAndEndsStreams) {
   EXPECT_EQ(health.status, 503);
   EXPECT_EQ(health.json()["status"], "closed");
   EXPECT_EQ(rig.post("/v1/completions", completion("x")).status, 503);
-  // The cores were told to shut down and exited (not killed), and the run dir is gone.
+  // Shutdown removed the run dir.
   EXPECT_FALSE(std::filesystem::exists(rig.run_dir));
 }
 

@@ -369,9 +369,13 @@ void CoreManager::shutdown() {
       m.outbox.emplace_back("core-" + std::to_string(n), nlohmann::json{{"t", "shutdown"}});
     }
     m.wake();
+    // Wait for the cores that can hear the message: not those that never said hello (their
+    // socket may not be connected) nor stalled ones. The rest are killed below.
     m.core_exited.wait_for(lock, m.options.shutdown_grace, [&] {
-      for (bool e : m.exited) {
-        if (!e) return false;
+      for (uint32_t n = 0; n < m.exited.size(); ++n) {
+        const CoreHealth& core = m.health.core(n);
+        const bool listening = core.ready && core.failure != CoreFailure::kStalled;
+        if (!m.exited[n] && listening) return false;
       }
       return true;
     });
