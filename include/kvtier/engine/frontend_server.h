@@ -22,7 +22,7 @@
 
 namespace kvtier {
 
-// The longest a request waits for its output before it is aborted with 504.
+// The longest a request waits for its output before it is aborted (503, or an SSE error).
 inline constexpr auto kRequestTimeout = std::chrono::minutes(10);
 
 class FrontendServer {
