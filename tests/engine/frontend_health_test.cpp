@@ -39,7 +39,7 @@ TEST_F(EngineHealthTest, H2_FailureIsRecordedOnceAndStays) {
   EXPECT_TRUE(health.fail(1, CoreFailure::kFailed, "engine core 1 failed: worker 1/0 died"));
   EXPECT_FALSE(health.fail(1, CoreFailure::kFailed, "engine core 1 killed by signal 9"));
   // Heartbeats and hellos after the failure change nothing.
-  health.heartbeat(1, t0 + milliseconds(10), {}, {});
+  health.heartbeat(1, t0 + milliseconds(10), {});
   health.hello(1, t0 + milliseconds(20));
   const HealthReport report = health.report();
   EXPECT_EQ(report.http_status, 503);
@@ -68,7 +68,7 @@ TEST_F(EngineHealthTest, H3_ClosedIs503) {
 
 TEST_F(EngineHealthTest, H6_StalledAfterTheTimeoutNotBefore) {
   all_ready();
-  health.heartbeat(0, t0 + milliseconds(400), {}, {});
+  health.heartbeat(0, t0 + milliseconds(400), {});
   // Core 1 was last heard at t0: exactly at the timeout it is not stalled yet.
   EXPECT_TRUE(health.check_stalls(t0 + milliseconds(500)).empty());
   EXPECT_EQ(health.report().http_status, 200);
@@ -80,7 +80,7 @@ TEST_F(EngineHealthTest, H6_StalledAfterTheTimeoutNotBefore) {
   EXPECT_NE(report.body["reason"].get<std::string>().find("engine core 1 stalled"), std::string::npos);
   // Recorded once: a later check does not report it again, and it stays (H2).
   EXPECT_TRUE(health.check_stalls(t0 + milliseconds(700)).empty());
-  health.heartbeat(1, t0 + milliseconds(800), {}, {});
+  health.heartbeat(1, t0 + milliseconds(800), {});
   EXPECT_EQ(health.report().body["status"], "stalled");
 }
 
@@ -98,21 +98,21 @@ TEST_F(EngineHealthTest, H6_NoStallsWhileClosing) {
 
 TEST_F(EngineHealthTest, H7_DegradedAnswers200AndNamesIt) {
   all_ready();
-  health.heartbeat(0, t0, {"cache server"}, {});
-  health.heartbeat(1, t0, {"host tier", "cache server"}, {});
+  health.heartbeat(0, t0, {"cache server"});
+  health.heartbeat(1, t0, {"host tier", "cache server"});
   HealthReport report = health.report();
   EXPECT_EQ(report.http_status, 200);
   EXPECT_EQ(report.body["status"], "degraded");
   EXPECT_EQ(report.body["degraded"], nlohmann::json({"cache server", "host tier"}));
   // Recovery is automatic: the next heartbeats name nothing.
-  health.heartbeat(0, t0, {}, {});
-  health.heartbeat(1, t0, {}, {});
+  health.heartbeat(0, t0, {});
+  health.heartbeat(1, t0, {});
   EXPECT_EQ(health.report().body["status"], "ok");
 }
 
 TEST_F(EngineHealthTest, FailureOutranksDegraded) {
   all_ready();
-  health.heartbeat(0, t0, {"cache server"}, {});
+  health.heartbeat(0, t0, {"cache server"});
   health.fail(1, CoreFailure::kFailed, "engine core 1 failed: x");
   EXPECT_EQ(health.report().body["status"], "failed");
 }

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -34,8 +33,7 @@ struct CoreHealth {
   TimePoint last_heartbeat{};    // spawn time until the first message
   std::optional<CoreFailure> failure;
   std::string failure_reason;    // set with `failure`
-  std::vector<std::string> degraded;          // from its latest `hb`
-  std::map<std::string, double> counters;     // from its latest `hb`
+  std::vector<std::string> degraded;  // from its latest `hb`
 };
 
 class EngineHealth {
@@ -45,8 +43,7 @@ class EngineHealth {
   // The core was spawned at `now`: its stall clock starts.
   void core_started(uint32_t core, TimePoint now);
   void hello(uint32_t core, TimePoint now);
-  void heartbeat(uint32_t core, TimePoint now, std::vector<std::string> degraded,
-                 std::map<std::string, double> counters);
+  void heartbeat(uint32_t core, TimePoint now, std::vector<std::string> degraded);
   // Records the failure unless the core has one already (H2: the first reason stays).
   // Returns whether this call recorded it.
   bool fail(uint32_t core, CoreFailure kind, std::string reason);

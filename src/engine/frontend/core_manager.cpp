@@ -141,8 +141,9 @@ struct CoreManager::Impl {
           core_counters[name] = value.get<double>();
         }
       }
-      counters.core_counters[core] = core_counters;
-      health.heartbeat(core, now, std::move(degraded), std::move(core_counters));
+      // Counters stay current after a failure too, for /metrics.
+      counters.core_counters[core] = std::move(core_counters);
+      health.heartbeat(core, now, std::move(degraded));
     } else if (type == "out") {
       auto it = requests.find(body.at("id").get<std::string>());
       if (it == requests.end()) return;  // aborted or already ended

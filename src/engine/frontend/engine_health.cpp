@@ -20,10 +20,8 @@ void EngineHealth::hello(uint32_t core, TimePoint now) {
   c.last_heartbeat = now;
 }
 
-void EngineHealth::heartbeat(uint32_t core, TimePoint now, std::vector<std::string> degraded,
-                             std::map<std::string, double> counters) {
+void EngineHealth::heartbeat(uint32_t core, TimePoint now, std::vector<std::string> degraded) {
   CoreHealth& c = cores_.at(core);
-  c.counters = std::move(counters);  // counters stay readable after a failure, for /metrics
   if (c.failure) return;
   c.last_heartbeat = now;
   c.degraded = std::move(degraded);

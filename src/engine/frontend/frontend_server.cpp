@@ -81,6 +81,8 @@ struct FrontendServer::Impl {
     http.set_payload_max_length(size_t{64} << 20);
     http.set_read_timeout(std::chrono::seconds(30));
     http.set_write_timeout(std::chrono::seconds(30));
+    // Idle keep-alive connections hold a pool thread; stop() waits for them this long at most.
+    http.set_keep_alive_timeout(2);
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       const HealthReport report = manager.health();
       reply_json(res, report.http_status, report.body);
@@ -186,7 +188,11 @@ struct FrontendServer::Impl {
             return write(sse_event(exchange->shape.role_chunk()));
           }
           std::optional<StreamEvent> event = exchange->next();
-          if (!event) return sink.is_writable() || (manager->abort(exchange->stream->id()), false);
+          if (!event) {
+            if (sink.is_writable()) return true;  // nothing yet: wait again
+            manager->abort(exchange->stream->id());  // the client went away
+            return false;
+          }
           std::optional<std::string> text = text_of(event->tokens);
           if (!text) {
             event->kind = StreamEvent::Kind::kError;
