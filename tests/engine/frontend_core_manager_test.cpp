@@ -187,7 +187,10 @@ TEST(FrontendCoreManager, H2_FailedCoreStaysFailedWhileItKeepsHeartbeating) {
 TEST(FrontendCoreManager, H3_KilledCoreIs503NamingTheSignal) {
   FrontendRig rig;
   ASSERT_TRUE(rig.health_becomes("ok"));
-  kill(rig.manager->core_pid(0), SIGKILL);
+  // The core's command line names its role (serve_process.h finds processes by role).
+  const std::optional<pid_t> core = find_process(getpid(), {"engine-core", "0"});
+  ASSERT_EQ(core, rig.manager->core_pid(0));
+  kill(*core, SIGKILL);
   ASSERT_TRUE(rig.health_becomes("failed", 1000ms));
   EXPECT_EQ(rig.get("/health").status, 503);
   EXPECT_EQ(health_reason(rig), "engine core 0 killed by signal 9 (Killed)");

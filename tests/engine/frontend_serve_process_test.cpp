@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "engine/serve_process.h"
 
@@ -20,13 +19,6 @@ std::pair<std::string, int> run_command(const std::string& command) {
   for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
   const int status = pclose(pipe);
   return {output, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
-}
-
-std::vector<std::string> command_line_of(pid_t pid) {
-  std::ifstream file("/proc/" + std::to_string(pid) + "/cmdline");
-  std::vector<std::string> args;
-  for (std::string arg; std::getline(file, arg, '\0');) args.push_back(arg);
-  return args;
 }
 
 TEST(FrontendServeProcess, ServeReexecsAsFrontendPrintsItsPortAndClosesOnSigterm) {

@@ -9,7 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -153,9 +158,59 @@ inline SseStream read_sse(const std::string& host, int port, const std::string& 
   return stream;
 }
 
+// The command line of process `pid` (empty when it is gone).
+inline std::vector<std::string> command_line_of(pid_t pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/cmdline");
+  std::vector<std::string> args;
+  for (std::string arg; std::getline(file, arg, '\0');) args.push_back(arg);
+  return args;
+}
+
+// The live children of `parent` (scans /proc/<pid>/stat).
+inline std::vector<pid_t> child_processes(pid_t parent) {
+  std::vector<pid_t> children;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid …: comm may hold spaces, so parse after the last ')'.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && state != 'Z') children.push_back(std::stoi(name));
+  }
+  return children;
+}
+
+// A descendant of `root` whose command line holds `role` as consecutive arguments, e.g.
+// {"engine-core", "0"} or {"worker", "0/1"}; waits up to `timeout` for it to appear.
+inline std::optional<pid_t> find_process(pid_t root, const std::vector<std::string>& role,
+                                         std::chrono::milliseconds timeout = 5000ms) {
+  std::optional<pid_t> found;
+  wait_until([&] {
+    std::vector<pid_t> pending = {root};
+    while (!pending.empty() && !found) {
+      const pid_t pid = pending.back();
+      pending.pop_back();
+      const std::vector<std::string> args = command_line_of(pid);
+      if (pid != root && std::search(args.begin(), args.end(), role.begin(), role.end()) != args.end()) {
+        found = pid;
+      }
+      for (pid_t child : child_processes(pid)) pending.push_back(child);
+    }
+    return found.has_value();
+  }, timeout);
+  return found;
+}
+
 // `kvtier serve …` (or any command printing "… on http://<host>:<port>") as a child process.
-// Its stdout is a pipe read for the port line; stderr is inherited. The destructor SIGKILLs a
-// process still running.
+// Its stdout is a pipe read for the port line; stderr is inherited. The destructor stops a
+// process still running: SIGTERM (graceful: its run dir is removed), SIGKILL after 5 s.
 class ServeProcess {
  public:
   // Starts argv and waits up to `timeout` for the serving line. nullopt (and the process
@@ -208,8 +263,11 @@ class ServeProcess {
   ServeProcess& operator=(ServeProcess&&) = delete;
   ~ServeProcess() {
     if (pid_ > 0 && !exit_status_) {
-      ::kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
+      ::kill(pid_, SIGTERM);
+      if (!wait_exit(5000ms)) {
+        ::kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+      }
     }
     if (stdout_fd_ >= 0) close(stdout_fd_);
   }
