@@ -4,7 +4,7 @@
 // Not thread-safe: CoreManager owns one and guards it with its mutex. Time comes in as
 // arguments so that tests drive it without sleeping.
 //
-// Per core: started (spawned) → ready (said hello) → heartbeats; or failed. A failure (the
+// Per core: starting → ready (said hello; its stall clock runs) → heartbeats; or failed. A failure (the
 // core's `failed` message, its death, or a stall) is recorded once with its reason and stays
 // (H2): later heartbeats, messages or failures of the same core change nothing.
 #pragma once
@@ -30,7 +30,7 @@ enum class CoreFailure { kFailed, kStalled };
 
 struct CoreHealth {
   bool ready = false;            // said hello
-  TimePoint last_heartbeat{};    // spawn time until the first message
+  TimePoint last_heartbeat{};    // of its latest hello or hb
   std::optional<CoreFailure> failure;
   std::string failure_reason;    // set with `failure`
   std::vector<std::string> degraded;  // from its latest `hb`
@@ -40,15 +40,14 @@ class EngineHealth {
  public:
   EngineHealth(uint32_t cores, Duration stall_timeout);
 
-  // The core was spawned at `now`: its stall clock starts.
-  void core_started(uint32_t core, TimePoint now);
   void hello(uint32_t core, TimePoint now);
   void heartbeat(uint32_t core, TimePoint now, std::vector<std::string> degraded);
   // Records the failure unless the core has one already (H2: the first reason stays).
   // Returns whether this call recorded it.
   bool fail(uint32_t core, CoreFailure kind, std::string reason);
-  // H6: every live core whose last heartbeat is older than the stall timeout at `now` becomes
+  // H6: every ready core whose last heartbeat is older than the stall timeout at `now` becomes
   // stalled ("engine core <n> stalled: no heartbeat for <s> s"). Returns the cores it marked.
+  // Cores that have not said hello are "starting" (503) and not checked.
   std::vector<uint32_t> check_stalls(TimePoint now);
   // Shutting down or shut down: /health is 503 "closed" from now on.
   void close() { closed_ = true; }

@@ -34,6 +34,8 @@ CoreManagerOptions CoreManagerOptions::from_config(const Config& config,
 namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(10);
+// How long the I/O thread waits for a dead core's last messages before it records the death.
+constexpr auto kExitDrain = std::chrono::milliseconds(20);
 
 struct InFlight {
   uint32_t core = 0;
@@ -219,6 +221,16 @@ struct CoreManager::Impl {
     for (uint32_t n = 0; n < cores.size(); ++n) {
       const auto& exit = cores[n].poll_exit();
       if (!exit) continue;
+      {
+        std::lock_guard lock(mutex);
+        if (exited[n]) continue;
+      }
+      // A dying core reports its failure first (H2: `failed` naming the worker, its requests'
+      // `err`s). Those messages left it before it exited; give them one short poll to arrive so
+      // that its own reason, not just the exit status, names the failure.
+      zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, kExitDrain);
+      receive_all();
       std::lock_guard lock(mutex);
       if (exited[n]) continue;
       exited[n] = true;
@@ -283,7 +295,6 @@ Result<std::unique_ptr<CoreManager>> CoreManager::start(CoreManagerOptions optio
                         "cannot start engine core " + std::to_string(n) + ": " + e.what());
     }
     impl->pids.push_back(impl->cores.back().pid());
-    impl->health.core_started(n, impl->clock.now());
   }
   Impl* raw = impl.get();
   impl->io_thread = std::thread([raw] { raw->run(); });

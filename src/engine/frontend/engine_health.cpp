@@ -9,10 +9,6 @@ namespace kvtier {
 EngineHealth::EngineHealth(uint32_t cores, Duration stall_timeout)
     : cores_(cores), stall_timeout_(stall_timeout) {}
 
-void EngineHealth::core_started(uint32_t core, TimePoint now) {
-  cores_.at(core).last_heartbeat = now;
-}
-
 void EngineHealth::hello(uint32_t core, TimePoint now) {
   CoreHealth& c = cores_.at(core);
   if (c.failure) return;
@@ -42,7 +38,9 @@ std::vector<uint32_t> EngineHealth::check_stalls(TimePoint now) {
   for (uint32_t n = 0; n < cores_.size(); ++n) {
     const CoreHealth& c = cores_[n];
     const Duration silent = now - c.last_heartbeat;
-    if (c.failure || silent <= stall_timeout_) continue;
+    // A core that has not said hello is "starting" (503) and not yet watched: its own startup
+    // timeout reports workers that never register.
+    if (!c.ready || c.failure || silent <= stall_timeout_) continue;
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f",
                   std::chrono::duration<double>(silent).count());
