@@ -17,7 +17,7 @@ namespace {
 // Self-pipe: the signal handler writes the signal number, the main thread reads it.
 int g_wake_pipe[2] = {-1, -1};
 
-extern "C" void on_stop_signal(int signo) {
+void on_stop_signal(int signo) {
   const char byte = static_cast<char>(signo);
   (void)!write(g_wake_pipe[1], &byte, 1);
 }
