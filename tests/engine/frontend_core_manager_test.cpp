@@ -288,7 +288,7 @@ TEST(FrontendCoreManager, H3_ShutdownTurnsHealthClosedAndEndsStreams) {
   closer.join();
   EXPECT_TRUE(stream.error) << stream.raw;
   const HttpReply health = rig.get("/health");
-  EXPECT_EQ(health.status, 503);
+  ASSERT_EQ(health.status, 503);  // fatal: a request accepted after shutdown would never end
   EXPECT_EQ(health.json()["status"], "closed");
   EXPECT_EQ(rig.post("/v1/completions", completion("x")).status, 503);
   // Shutdown removed the run dir.
