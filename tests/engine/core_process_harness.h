@@ -79,6 +79,8 @@ class CoreProcessHarness {
 
   const std::optional<std::string>& failed() const { return failed_; }
   const nlohmann::json& counters() const { return counters_; }
+  // The last heartbeat's degraded list (H7).
+  const std::vector<std::string>& degraded() const { return degraded_; }
   // Counters from a heartbeat sent after everything handled so far.
   const nlohmann::json& fresh_counters() {
     const size_t seen = heartbeats_;
@@ -104,6 +106,7 @@ class CoreProcessHarness {
     }
     if (t == "hb") {
       counters_ = m["counters"];
+      degraded_ = m["degraded"].get<std::vector<std::string>>();
       ++heartbeats_;
     }
     if (t == "failed" && !failed_) failed_ = m["reason"].get<std::string>();
@@ -129,6 +132,7 @@ class CoreProcessHarness {
   bool hello_ = false;
   std::optional<std::string> failed_;
   nlohmann::json counters_;
+  std::vector<std::string> degraded_;
   size_t heartbeats_ = 0;
   std::vector<int> worker_pids_;
   std::map<std::string, Completion> completions_;

@@ -1,0 +1,118 @@
+// `cache.mode: server`: the engine core and its workers use a real kvtierd (`kvtier server`)
+// instead of the in-process host cache.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "engine/core_process_harness.h"
+#include "engine/engine_runs.h"
+#include "server/kvtierd_process.h"
+
+namespace kvtier::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr double kHeartbeatS = 0.1;  // client PINGs: kvtierd's death is seen within 0.2 s
+
+// kvtierd sized for the engine's chunks (one rank's share of a chunk fits a slot).
+std::unique_ptr<KvtierdProcess> start_kvtierd(const Config& engine, const std::string& endpoint) {
+  const KvGroup g = engine_shape(engine).layout.groups.at(0);
+  return std::make_unique<KvtierdProcess>(
+      endpoint,
+      std::vector<std::string>{
+          "layout.layers=" + std::to_string(g.layers), "layout.kv_heads=" + std::to_string(g.kv_heads),
+          "layout.head_dim=" + std::to_string(g.head_dim),
+          "layout.dtype_bytes=" + std::to_string(g.dtype_bytes),
+          "layout.block_size=" + std::to_string(g.block_size),
+          "layout.blocks_per_chunk=" + std::to_string(g.blocks_per_chunk),
+          "cache.host_bytes=" + std::to_string(64ull << 20),
+          "server.heartbeat_interval_s=" + std::to_string(kHeartbeatS), "server.client_timeout_s=2"},
+      /*test_hooks=*/false);
+}
+
+Config server_mode(Config c, const std::string& endpoint) {
+  c.cache.mode = "server";
+  c.server.endpoint = endpoint;
+  c.server.heartbeat_interval_s = kHeartbeatS;
+  c.server.connect_timeout_s = 10;
+  return c;
+}
+
+TEST(EngineCoreServerMode, SharedPrefixEvictedFromTheDeviceIsServedByKvtierdWithTheSameOutput) {
+  const RunResult off = shared_prefix_run(small_device(false, 2));
+  const Config config = server_mode(small_device(true, 2), unique_endpoint());
+  const auto kvtierd = start_kvtierd(config, config.server.endpoint);
+  const RunResult on = shared_prefix_run(config);
+  EXPECT_EQ(on.outputs, off.outputs);
+  ASSERT_EQ(on.cached.size(), 4u);
+  EXPECT_EQ(off.cached[3], 0u) << "the device no longer holds A's prefix";
+  EXPECT_GE(on.cached[3], 384u) << "A's prefix (24 blocks) comes back from kvtierd";
+  EXPECT_GE(on.counters.value("kvtier_hit_tokens_total", 0), 384) << on.counters.dump();
+  EXPECT_EQ(on.counters.value("kvtier_loads_failed_total", -1), 0) << on.counters.dump();
+  EXPECT_FALSE(on.counters.contains("kvtier_host_slots_ready")) << "no in-process host cache";
+}
+
+bool names_cache_server(const std::vector<std::string>& degraded, const std::string& endpoint) {
+  for (const std::string& d : degraded) {
+    if (d.find("cache server " + endpoint) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(EngineCoreServerModeHealth, H7_KvtierdDownIsNamedDegradedRequestsCompleteAndItRecovers) {
+  const auto first = text(300, 4);
+  auto second = first;
+  for (TokenId t : text(40, 8)) second.push_back(t);
+  const auto third = text(300, 6);
+  std::vector<std::vector<TokenId>> expected;
+  {
+    CoreProcessHarness reference(small_engine(1));
+    ASSERT_TRUE(reference.wait_ready());
+    for (const auto& prompt : {first, second, third}) expected.push_back(reference.complete(prompt, 6).tokens);
+  }
+
+  const Config config = server_mode(small_device(true, 1), unique_endpoint());
+  const std::string& endpoint = config.server.endpoint;
+  auto kvtierd = start_kvtierd(config, endpoint);
+  CoreProcessHarness h(config);
+  ASSERT_TRUE(h.wait_ready()) << h.failed().value_or("no hello");
+  h.fresh_counters();
+  EXPECT_EQ(h.degraded(), std::vector<std::string>{});
+
+  const Completion a = h.complete(first, 6);
+  EXPECT_EQ(a.error, "");
+  EXPECT_EQ(a.tokens, expected[0]);
+  // Idle: no transfer is outstanding when kvtierd goes (one would be Unprovable, F7).
+  ASSERT_TRUE(h.wait_until([&] { return h.fresh_counters().value("kvtier_jobs_in_flight", 1) == 0; },
+                           std::chrono::seconds(5)));
+  const uint64_t stores_before = h.counters().value("kvtier_stores_completed_total", 0);
+  EXPECT_GT(stores_before, 0u);
+
+  kvtierd->kill_now();
+  ASSERT_TRUE(h.wait_until([&] { return names_cache_server(h.degraded(), endpoint); },
+                           milliseconds(2000)))
+      << "the heartbeat names the cache server degraded";
+  const Completion b = h.complete(second, 6);
+  EXPECT_EQ(b.error, "") << "a degraded cache makes requests recompute, not fail";
+  EXPECT_EQ(b.tokens, expected[1]);
+  h.fresh_counters();
+  EXPECT_TRUE(names_cache_server(h.degraded(), endpoint)) << "still down";
+  EXPECT_FALSE(h.failed().has_value()) << *h.failed();
+
+  kvtierd->start();
+  ASSERT_TRUE(h.wait_until([&] { return h.degraded().empty(); },
+                           std::chrono::seconds(10)))
+      << "recovered once kvtierd is back";
+  const Completion c = h.complete(third, 6);
+  EXPECT_EQ(c.error, "");
+  EXPECT_EQ(c.tokens, expected[2]);
+  ASSERT_TRUE(h.wait_until([&] { return h.fresh_counters().value("kvtier_jobs_in_flight", 1) == 0; },
+                           std::chrono::seconds(5)));
+  EXPECT_GT(h.counters().value("kvtier_stores_completed_total", 0), stores_before)
+      << "stores reach the restarted kvtierd";
+  EXPECT_FALSE(h.failed().has_value()) << *h.failed();
+}
+
+}  // namespace
+}  // namespace kvtier::testing
