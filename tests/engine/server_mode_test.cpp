@@ -53,6 +53,45 @@ TEST(EngineCoreServerMode, SharedPrefixEvictedFromTheDeviceIsServedByKvtierdWith
   EXPECT_FALSE(on.counters.contains("kvtier_host_slots_ready")) << "no in-process host cache";
 }
 
+// Outputs and cached tokens of `prompts`, one after the other.
+RunResult run_prompts(const Config& config, const std::vector<std::vector<TokenId>>& prompts) {
+  CoreProcessHarness h(config);
+  RunResult run;
+  if (!h.wait_ready()) {
+    ADD_FAILURE() << h.failed().value_or("no hello");
+    return run;
+  }
+  for (const auto& prompt : prompts) {
+    const Completion c = h.complete(prompt, 8);
+    EXPECT_EQ(c.error, "");
+    run.outputs.push_back(c.tokens);
+    run.cached.push_back(c.cached_tokens);
+  }
+  run.counters = h.fresh_counters();
+  return run;
+}
+
+TEST(EngineCoreServerMode, LoadStartingInsideAChunkGoesThroughScratchWithTheSameOutput) {
+  // A is stored, B and C evict it from the device, X brings back A's first 5 blocks (80
+  // tokens: a chunk and a quarter) into the device prefix cache; then A's prompt again: the
+  // device holds 80 tokens, so kvtierd's second chunk is needed from its second block on.
+  const auto a = text(400, 1);
+  std::vector<TokenId> x(a.begin(), a.begin() + 80);
+  for (TokenId t : text(100, 5)) x.push_back(t);
+  auto a2 = a;
+  for (TokenId t : text(30, 9)) a2.push_back(t);
+  const std::vector<std::vector<TokenId>> prompts = {a, text(400, 2), text(400, 3), x, a2};
+  const RunResult off = run_prompts(small_device(false), prompts);
+  const Config config = server_mode(small_device(true), unique_endpoint());
+  const auto kvtierd = start_kvtierd(config, config.server.endpoint);
+  const RunResult on = run_prompts(config, prompts);
+  EXPECT_EQ(on.outputs, off.outputs);
+  ASSERT_EQ(on.cached.size(), 5u);
+  EXPECT_EQ(off.cached[4], 80u) << "the device holds A's first 5 blocks only";
+  EXPECT_GE(on.cached[4], 384u) << "the rest of A's prefix comes from kvtierd";
+  EXPECT_EQ(on.counters.value("kvtier_loads_failed_total", -1), 0) << on.counters.dump();
+}
+
 bool names_cache_server(const std::vector<std::string>& degraded, const std::string& endpoint) {
   for (const std::string& d : degraded) {
     if (d.find("cache server " + endpoint) != std::string::npos) return true;
