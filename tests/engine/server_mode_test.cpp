@@ -6,43 +6,21 @@
 
 #include "engine/core_process_harness.h"
 #include "engine/engine_runs.h"
-#include "server/kvtierd_process.h"
+#include "engine/kvtierd_for_engine.h"
 
 namespace kvtier::testing {
 namespace {
 
 using std::chrono::milliseconds;
 
-constexpr double kHeartbeatS = 0.1;  // client PINGs: kvtierd's death is seen within 0.2 s
-
-// kvtierd sized for the engine's chunks (one rank's share of a chunk fits a slot).
-std::unique_ptr<KvtierdProcess> start_kvtierd(const Config& engine, const std::string& endpoint) {
-  const KvGroup g = engine_shape(engine).layout.groups.at(0);
-  return std::make_unique<KvtierdProcess>(
-      endpoint,
-      std::vector<std::string>{
-          "layout.layers=" + std::to_string(g.layers), "layout.kv_heads=" + std::to_string(g.kv_heads),
-          "layout.head_dim=" + std::to_string(g.head_dim),
-          "layout.dtype_bytes=" + std::to_string(g.dtype_bytes),
-          "layout.block_size=" + std::to_string(g.block_size),
-          "layout.blocks_per_chunk=" + std::to_string(g.blocks_per_chunk),
-          "cache.host_bytes=" + std::to_string(64ull << 20),
-          "server.heartbeat_interval_s=" + std::to_string(kHeartbeatS), "server.client_timeout_s=2"},
-      /*test_hooks=*/false);
-}
-
-Config server_mode(Config c, const std::string& endpoint) {
-  c.cache.mode = "server";
-  c.server.endpoint = endpoint;
-  c.server.heartbeat_interval_s = kHeartbeatS;
-  c.server.connect_timeout_s = 10;
-  return c;
+std::unique_ptr<KvtierdProcess> kvtierd_for(const Config& engine, const std::string& endpoint) {
+  return start_kvtierd(engine_shape(engine).layout.groups.at(0), endpoint);
 }
 
 TEST(EngineCoreServerMode, SharedPrefixEvictedFromTheDeviceIsServedByKvtierdWithTheSameOutput) {
   const RunResult off = shared_prefix_run(small_device(false, 2));
   const Config config = server_mode(small_device(true, 2), unique_endpoint());
-  const auto kvtierd = start_kvtierd(config, config.server.endpoint);
+  const auto kvtierd = kvtierd_for(config, config.server.endpoint);
   const RunResult on = shared_prefix_run(config);
   EXPECT_EQ(on.outputs, off.outputs);
   ASSERT_EQ(on.cached.size(), 4u);
@@ -83,7 +61,7 @@ TEST(EngineCoreServerMode, LoadStartingInsideAChunkGoesThroughScratchWithTheSame
   const std::vector<std::vector<TokenId>> prompts = {a, text(400, 2), text(400, 3), x, a2};
   const RunResult off = run_prompts(small_device(false), prompts);
   const Config config = server_mode(small_device(true), unique_endpoint());
-  const auto kvtierd = start_kvtierd(config, config.server.endpoint);
+  const auto kvtierd = kvtierd_for(config, config.server.endpoint);
   const RunResult on = run_prompts(config, prompts);
   EXPECT_EQ(on.outputs, off.outputs);
   ASSERT_EQ(on.cached.size(), 5u);
@@ -113,7 +91,7 @@ TEST(EngineCoreServerModeHealth, H7_KvtierdDownIsNamedDegradedRequestsCompleteAn
 
   const Config config = server_mode(small_device(true, 1), unique_endpoint());
   const std::string& endpoint = config.server.endpoint;
-  auto kvtierd = start_kvtierd(config, endpoint);
+  auto kvtierd = kvtierd_for(config, endpoint);
   CoreProcessHarness h(config);
   ASSERT_TRUE(h.wait_ready()) << h.failed().value_or("no hello");
   h.fresh_counters();

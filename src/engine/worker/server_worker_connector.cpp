@@ -1,4 +1,4 @@
-#include "server_worker_connector.h"
+#include "kvtier/engine/server_worker_connector.h"
 
 #include <algorithm>
 #include <chrono>
@@ -84,13 +84,14 @@ void ServerWorkerConnector::submit(const TransferJob& t, Direction direction) {
     }
     job.copies.push_back(ScratchCopy{
         .group = c.group, .scratch = *scratch, .first_block = c.first_block, .to = c.blocks});
-    job.parts.push_back(client_->retrieve(t.job, c.group, {key}, {std::move(whole)}));
+    job.parts.push_back(client_->retrieve(t.job, c.group, {key}, {std::move(whole)}, 0, load_hook_));
   }
   for (uint32_t g = 0; g < layout_.groups.size() && job.failed_now.empty(); ++g) {
     if (keys[g].empty()) continue;
-    job.parts.push_back(direction == Direction::kStore
-                            ? client_->store(t.job, g, std::move(keys[g]), std::move(blocks[g]))
-                            : client_->retrieve(t.job, g, std::move(keys[g]), std::move(blocks[g])));
+    job.parts.push_back(
+        direction == Direction::kStore
+            ? client_->store(t.job, g, std::move(keys[g]), std::move(blocks[g]), store_hook_)
+            : client_->retrieve(t.job, g, std::move(keys[g]), std::move(blocks[g]), 0, load_hook_));
   }
   jobs_.emplace(t.job, std::move(job));
 }

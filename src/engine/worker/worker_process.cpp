@@ -19,7 +19,7 @@
 #include "kvtier/engine/wire.h"
 #include "kvtier/engine/zmq_collective.h"
 #include "kvtier/transfer/transfer_engine.h"
-#include "server_worker_connector.h"
+#include "kvtier/engine/server_worker_connector.h"
 
 namespace kvtier {
 namespace {

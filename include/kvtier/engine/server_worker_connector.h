@@ -46,6 +46,12 @@ class ServerWorkerConnector {
   void start_load(const StepMetadata& metadata);
   void queue_stores(const StepMetadata& metadata);
   WorkerOutput take_output();
+  // Jobs handed to this rank without a verdict yet.
+  size_t in_flight() const { return jobs_.size(); }
+  // Tests: a kvtierd test hook (`--test-hooks`) sent with every request of `direction`.
+  void set_test_hook(Direction direction, std::string hook) {
+    (direction == Direction::kLoad ? load_hook_ : store_hook_) = std::move(hook);
+  }
 
  private:
   struct ScratchCopy {
@@ -80,6 +86,8 @@ class ServerWorkerConnector {
   std::vector<JobVerdict> finished_;
   GroupBlocks invalid_;
   std::string fail_stop_reason_;
+  std::string load_hook_;
+  std::string store_hook_;
 };
 
 }  // namespace kvtier
