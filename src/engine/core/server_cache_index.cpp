@@ -19,12 +19,15 @@ ServerCacheIndex::ServerCacheIndex(const Config& config, const EngineShape& shap
       endpoint_(config.server.endpoint),
       arena_(shape.layout, max_blocks_per_chunk(shape.layout), "core"),
       // rank = world_size: not a model rank (the server only records it).
-      client_(server::ClientOptions::from_config(config), arena_.registration(shape.world_size)) {
+      client_(server::ClientOptions::from_config(config), arena_.registration(shape.world_size)),
+      lookup_wait_(std::min(seconds_to_duration(config.server.request_timeout_s),
+                            seconds_to_duration(config.server.heartbeat_interval_s))) {
   client_.wait_until_ok(seconds_to_duration(config.server.connect_timeout_s));
 }
 
 LookupResult ServerCacheIndex::lookup(std::span<const ChunkKey> keys) {
   if (keys.empty() || client_.health().state != server::ClientState::kOk) return {};
+  if (SteadyClock::instance().now() < backoff_until_) return {};  // a lookup timed out just now
   std::vector<std::future<Result<server::LookupReply>>> replies;
   for (uint32_t r = 0; r < world_size_; ++r) {
     std::vector<ChunkKey> shares;
@@ -32,10 +35,17 @@ LookupResult ServerCacheIndex::lookup(std::span<const ChunkKey> keys) {
     for (const ChunkKey& k : keys) shares.push_back(rank_key(k, r));
     replies.push_back(client_.lookup(std::move(shares)));
   }
-  // Every future resolves by the client's request timeout.
+  // The scheduler loop waits at most lookup_wait_ (not the client's request timeout): a server
+  // that stopped answering must not stall the loop's heartbeats (H6). A lookup takes no lock,
+  // so an abandoned reply holds nothing.
+  const TimePoint deadline = SteadyClock::instance().now() + lookup_wait_;
   std::vector<server::LookupReply> answers;
   bool failed = false;
   for (auto& f : replies) {
+    if (f.wait_until(deadline) != std::future_status::ready) {
+      backoff_until_ = SteadyClock::instance().now() + lookup_wait_;
+      return {};
+    }
     Result<server::LookupReply> reply = f.get();
     if (!reply) {
       failed = true;  // a miss: the engine recomputes

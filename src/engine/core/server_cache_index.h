@@ -5,7 +5,9 @@
 // slots; the connector's job bookkeeping (F3, F4, F7–F10) is unchanged.
 //
 // - While the client is not OK (kvtierd down or unreachable) lookups miss and stores are
-//   skipped: requests recompute (H7); degraded() says why.
+//   skipped: requests recompute (H7); degraded() says why. A lookup waits at most
+//   min(server.request_timeout_s, server.heartbeat_interval_s) and, when that passes, lookups
+//   miss for as long again (the client turns DEGRADED meanwhile if the server is hung).
 // - A chunk evicted between lookup and RETRIEVE fails that load (`not_found`): the request
 //   recomputes from the first invalid block (F4).
 // - reset() cannot drop kvtierd's chunks (the protocol has no such operation): no-op.
@@ -50,6 +52,8 @@ class ServerCacheIndex final : public CacheIndex {
   // The client must register some KV memory to look up: one chunk per group, never copied to.
   SharedKvArena arena_;
   server::CacheClient client_;  // after arena_: destroyed (and unregistered) first
+  Duration lookup_wait_;        // longest wait for a lookup's replies
+  TimePoint backoff_until_{};   // lookups miss until then: the last one timed out
 };
 
 }  // namespace kvtier
