@@ -131,5 +131,35 @@ TEST(EngineCoreServerModeHealth, H7_KvtierdDownIsNamedDegradedRequestsCompleteAn
   EXPECT_FALSE(h.failed().has_value()) << *h.failed();
 }
 
+TEST(EngineCoreServerModeHealth, H7_HungKvtierdIsNamedDegradedWithoutStallingTheEngine) {
+  const auto prompt = text(300, 7);
+  std::vector<TokenId> expected;
+  {
+    CoreProcessHarness reference(small_engine(1));
+    ASSERT_TRUE(reference.wait_ready());
+    expected = reference.complete(prompt, 6).tokens;
+  }
+  const Config config = server_mode(small_device(true, 1), unique_endpoint());
+  auto kvtierd = kvtierd_for(config, config.server.endpoint);
+  CoreProcessHarness h(config);
+  ASSERT_TRUE(h.wait_ready()) << h.failed().value_or("no hello");
+  h.fresh_counters();
+  ASSERT_EQ(h.degraded(), std::vector<std::string>{});
+
+  kvtierd->pause();  // alive and connected, answers nothing
+  h.reset_heartbeat_gap();
+  const Completion c = h.complete(prompt, 6);  // its lookups get no answer
+  EXPECT_EQ(c.error, "");
+  EXPECT_EQ(c.tokens, expected);
+  EXPECT_TRUE(h.wait_until([&] { return names_cache_server(h.degraded(), config.server.endpoint); },
+                           milliseconds(2000)));
+  // The scheduler loop kept its heartbeats (0.05 s) going: a lookup waits at most one client
+  // heartbeat interval (0.1 s), not server.request_timeout_s (5 s).
+  EXPECT_LT(h.max_heartbeat_gap(), milliseconds(1000));
+  kvtierd->resume();
+  EXPECT_TRUE(h.wait_until([&] { return h.degraded().empty(); }, std::chrono::seconds(10)));
+  EXPECT_FALSE(h.failed().has_value()) << *h.failed();
+}
+
 }  // namespace
 }  // namespace kvtier::testing
