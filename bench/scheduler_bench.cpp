@@ -93,6 +93,7 @@ class Simulation {
     // The ranks acknowledge last step's jobs (one step of transfer latency).
     const StepOutcome outcome =
         timed_call(kAggregate, [&] { return connector_.update_from_worker_output(outputs_); });
+    timed_call(kAggregate, [&] { return connector_.take_events(); });
     outputs_.assign(o_.world_size, WorkerOutput{});
     for (uint32_t rank = 0; rank < o_.world_size; ++rank) {
       outputs_[rank].rank = rank;

@@ -242,6 +242,7 @@ void SchedulerConnector::update_state_after_alloc(const RequestId& request,
   }
   for (size_t i = 0; i < transfer.chunks.size(); ++i) transfer.chunks[i].slot = (*slots)[i];
   transfer.keys = job->keys;
+  cache_.touch(job->keys);  // used again: the most recently used keep their slots longest
   for (const ChunkKey& k : job->keys) ++being_loaded_[k];
   r.load = job->id;
   ++counters_.jobs_issued;

@@ -33,6 +33,8 @@ class CacheIndex {
   virtual Result<std::vector<SlotId>> prepare_load(std::span<const ChunkKey> keys) = 0;
   virtual void complete_load(std::span<const ChunkKey> keys) = 0;
   virtual void quarantine_load(std::span<const ChunkKey> keys) = 0;
+  // The keys were used again (recency for eviction).
+  virtual void touch(std::span<const ChunkKey> keys) = 0;
   // Drops every readable unpinned chunk.
   virtual void reset() = 0;
   virtual std::vector<CacheEvent> take_events() = 0;
@@ -59,6 +61,7 @@ class LocalCacheIndex final : public CacheIndex {
   }
   void complete_load(std::span<const ChunkKey> keys) override { cache_.complete_load(keys); }
   void quarantine_load(std::span<const ChunkKey> keys) override { cache_.quarantine_load(keys); }
+  void touch(std::span<const ChunkKey> keys) override { cache_.touch(keys); }
   void reset() override { cache_.reset(); }
   std::vector<CacheEvent> take_events() override { return cache_.take_events(); }
   Status audit() const override { return cache_.audit(); }

@@ -57,6 +57,7 @@ struct EngineCounters {
   uint64_t generated_tokens = 0;
   uint64_t preemptions = 0;
   uint64_t steps = 0;
+  uint64_t cache_events = 0;        // stored / removed events of the host cache
   size_t running = 0;
   size_t waiting = 0;
 };

@@ -295,6 +295,8 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
   if (!connector_) return updates;
 
   const StepOutcome outcome = connector_->update_from_worker_output(outputs);
+  // Nobody mirrors the cache's contents here: the events are dropped, not left to pile up.
+  counters_.cache_events += connector_->take_events().size();
   for (const LoadFinished& l : outcome.loads) {
     auto it = requests_.find(l.request);
     if (it == requests_.end()) continue;

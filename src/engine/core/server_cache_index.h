@@ -38,6 +38,7 @@ class ServerCacheIndex final : public CacheIndex {
   Result<std::vector<SlotId>> prepare_load(std::span<const ChunkKey> keys) override;
   void complete_load(std::span<const ChunkKey>) override {}
   void quarantine_load(std::span<const ChunkKey>) override {}
+  void touch(std::span<const ChunkKey>) override {}  // kvtierd's RETRIEVE uses them
   void reset() override {}
   std::vector<CacheEvent> take_events() override { return {}; }
   Status audit() const override { return {}; }

@@ -1,0 +1,235 @@
+// `kvtier serve` end to end: the real frontend, engine cores and worker processes, driven over
+// HTTP. Health tests carry the H rule they prove; every wait has a deadline.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/serve_process.h"
+
+namespace kvtier::test {
+namespace {
+
+// Children of `parent`, from /proc.
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+std::string command_line(pid_t pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string all, arg;
+  while (std::getline(file, arg, '\0')) all += arg + " ";
+  return all;
+}
+
+// The pid of the process whose command line contains `role` under the serve tree.
+pid_t find_role(const ServeProcess& serve, const std::string& role) {
+  for (pid_t core : children_of(serve.pid())) {
+    if (command_line(core).find(role) != std::string::npos) return core;
+    for (pid_t worker : children_of(core)) {
+      if (command_line(worker).find(role) != std::string::npos) return worker;
+    }
+  }
+  return -1;
+}
+
+std::vector<std::string> serve_args(std::vector<std::string> sets) {
+  std::vector<std::string> argv = {KVTIER_EXE, "serve", "--set", "engine.port=0", "--set",
+                                   "engine.heartbeat_interval_s=0.05", "--set",
+                                   "layout.block_size=16", "--set", "layout.blocks_per_chunk=4"};
+  for (const std::string& s : sets) {
+    argv.push_back("--set");
+    argv.push_back(s);
+  }
+  return argv;
+}
+
+std::optional<ServeProcess> start_ready(std::vector<std::string> sets) {
+  auto serve = ServeProcess::start(serve_args(std::move(sets)), 60000ms);
+  if (!serve) return serve;
+  if (!wait_until([&] { return serve->get("/health").status == 200; }, 60000ms)) {
+    ADD_FAILURE() << "never healthy: " << serve->get("/health").body;
+  }
+  return serve;
+}
+
+std::string prompt_text(size_t n, int seed) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s.push_back(static_cast<char>('a' + (i * 7 + static_cast<size_t>(seed)) % 26));
+  return s;
+}
+
+nlohmann::json complete(const ServeProcess& serve, const std::string& prompt, int max_tokens) {
+  const HttpReply r = serve.post("/v1/completions", {{"prompt", prompt}, {"max_tokens", max_tokens}},
+                                 60000ms);
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.json();
+}
+
+// A, then B and C that push A out of a small device, then A again with a new suffix.
+std::vector<nlohmann::json> shared_prefix_session(const ServeProcess& serve) {
+  std::vector<nlohmann::json> out;
+  const std::string a = prompt_text(400, 1);
+  for (const std::string& p : {a, prompt_text(400, 2), prompt_text(400, 3), a + prompt_text(30, 9)}) {
+    out.push_back(complete(serve, p, 8));
+  }
+  return out;
+}
+
+double metric(const std::string& text, const std::string& name) {
+  std::istringstream lines(text);
+  double total = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with(name + "{") || line.starts_with(name + " ")) {
+      total += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return total;
+}
+
+const std::vector<std::string> kSmallDevice = {"engine.device_blocks=40", "cache.host_bytes=64MiB"};
+
+TEST(ServeE2E, SharedPrefixComesFromTheCacheWithTheSameOutputAndShowsInMetrics) {
+  auto with = kSmallDevice, without = kSmallDevice;
+  without.push_back("connector.enabled=false");
+  auto on = start_ready(with);
+  auto off = start_ready(without);
+  ASSERT_TRUE(on && off);
+  const auto on_out = shared_prefix_session(*on);
+  const auto off_out = shared_prefix_session(*off);
+  for (size_t i = 0; i < on_out.size(); ++i) {
+    EXPECT_EQ(on_out[i]["choices"][0]["text"], off_out[i]["choices"][0]["text"]) << i;
+  }
+  EXPECT_GE(on_out[3]["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 384);
+  EXPECT_EQ(off_out[3]["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  ASSERT_TRUE(wait_until([&] {
+    return metric(on->get("/metrics").body, "kvtier_core_kvtier_hit_tokens_total") >= 384;
+  }, 5000ms)) << on->get("/metrics").body;
+}
+
+TEST(ServeE2E, H1_FaultsInjectedThroughConfigLeaveOutputsIdenticalAndHealthy) {
+  auto faulty_sets = kSmallDevice;
+  faulty_sets.insert(faulty_sets.end(), {"engine.world_size=2", "faults.submit_failure_rate=0.3",
+                                         "faults.latched_error_rate=0.2", "faults.delay_rate=0.2"});
+  auto clean_sets = kSmallDevice;
+  clean_sets.push_back("engine.world_size=2");
+  auto faulty = start_ready(faulty_sets);
+  auto clean = start_ready(clean_sets);
+  ASSERT_TRUE(faulty && clean);
+  const auto a = shared_prefix_session(*faulty);
+  const auto b = shared_prefix_session(*clean);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["choices"][0]["text"], b[i]["choices"][0]["text"]) << i;
+  }
+  EXPECT_EQ(faulty->get("/health").status, 200);
+  const std::string metrics = faulty->get("/metrics").body;
+  EXPECT_GT(metric(metrics, "kvtier_core_kvtier_loads_failed_total") +
+                metric(metrics, "kvtier_core_kvtier_stores_failed_total"),
+            0)
+      << "the faults were injected";
+}
+
+TEST(ServeE2E, H2_H5_KilledWorkerTurnsHealth503AndEndsTheStreamNamingIt) {
+  auto serve = start_ready({"engine.world_size=2", "model.max_context=8192"});
+  ASSERT_TRUE(serve);
+  const pid_t worker = find_role(*serve, "worker 0/1");
+  ASSERT_GT(worker, 0);
+  std::optional<TestClock::time_point> killed;
+  std::optional<TestClock::time_point> health_503;
+  std::thread watcher;
+  const SseStream stream = serve->stream(
+      "/v1/completions", {{"prompt", prompt_text(64, 4)}, {"max_tokens", 6000}, {"stream", true}},
+      10000ms, [&](const SseEvent&) {
+        if (killed) return;
+        killed = TestClock::now();
+        ::kill(worker, SIGKILL);
+        watcher = std::thread([&] {
+          if (wait_until([&] { return serve->get("/health", 1000ms).status == 503; }, 2000ms, 1ms)) {
+            health_503 = TestClock::now();
+          }
+        });
+      });
+  const auto stream_ended = TestClock::now();
+  if (watcher.joinable()) watcher.join();
+  ASSERT_TRUE(killed.has_value());
+  EXPECT_TRUE(stream.error) << stream.raw.substr(stream.raw.size() > 500 ? stream.raw.size() - 500 : 0);
+  EXPECT_LT(stream_ended - *killed, 1000ms) << "H5: the stream ends promptly";
+  ASSERT_TRUE(health_503.has_value());
+  EXPECT_LT(*health_503 - *killed, 1000ms) << "H2: 503 within a second";
+  const HttpReply health = serve->get("/health");
+  EXPECT_EQ(health.status, 503);
+  EXPECT_NE(health.body.find("worker 0/1"), std::string::npos) << health.body;
+  EXPECT_NE(stream.raw.find("worker 0/1"), std::string::npos) << "the stream's error names the worker";
+}
+
+TEST(ServeE2E, H6_StoppedWorkerTurnsHealth503WithinTheStallTimeout) {
+  auto serve = start_ready({"engine.world_size=2", "engine.stall_timeout_s=1"});
+  ASSERT_TRUE(serve);
+  const pid_t worker = find_role(*serve, "worker 0/0");
+  ASSERT_GT(worker, 0);
+  ::kill(worker, SIGSTOP);
+  const auto stopped = TestClock::now();
+  EXPECT_TRUE(wait_until([&] { return serve->get("/health", 1000ms).status == 503; }, 2000ms));
+  EXPECT_LT(TestClock::now() - stopped, 2000ms);
+  EXPECT_NE(serve->get("/health").body.find("stalled"), std::string::npos);
+  ::kill(worker, SIGCONT);
+}
+
+TEST(ServeE2E, H3_KilledEngineCoreTurnsHealth503) {
+  auto serve = start_ready({});
+  ASSERT_TRUE(serve);
+  const pid_t core = find_role(*serve, "engine-core 0");
+  ASSERT_GT(core, 0);
+  ::kill(core, SIGKILL);
+  EXPECT_TRUE(wait_until([&] { return serve->get("/health", 1000ms).status == 503; }, 2000ms));
+  EXPECT_NE(serve->get("/health").body.find("engine core 0"), std::string::npos)
+      << serve->get("/health").body;
+  // A new request on the dead engine is refused, not left hanging (H5).
+  EXPECT_EQ(serve->post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 4}}, 5000ms).status, 503);
+}
+
+TEST(ServeE2E, H4_FailStopTurnsTheEngineFailed) {
+  auto serve = start_ready({"faults.record_failure_rate=1"});
+  ASSERT_TRUE(serve);
+  const HttpReply r = serve->post("/v1/completions", {{"prompt", prompt_text(200, 5)}, {"max_tokens", 4}},
+                                  10000ms);
+  (void)r;  // the request may finish or fail; the engine must turn FAILED either way
+  ASSERT_TRUE(wait_until([&] { return serve->get("/health").status == 503; }, 5000ms));
+  EXPECT_NE(serve->get("/health").body.find("fail-stop"), std::string::npos) << serve->get("/health").body;
+}
+
+TEST(ServeE2E, H3_GracefulShutdownAnswersClosed) {
+  auto serve = start_ready({});
+  ASSERT_TRUE(serve);
+  serve->signal(SIGTERM);
+  // Until it has exited, /health answers 503 "closed" (or nothing once the socket is gone).
+  bool saw_closed = false;
+  wait_until([&] {
+    const HttpReply h = serve->get("/health", 500ms);
+    if (h.status == 503 && h.body.find("closed") != std::string::npos) saw_closed = true;
+    return h.status == 0 || saw_closed;
+  }, 5000ms, 1ms);
+  EXPECT_TRUE(saw_closed);
+  const auto status = serve->wait_exit(10000ms);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+}
+
+}  // namespace
+}  // namespace kvtier::test
