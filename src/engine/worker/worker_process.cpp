@@ -14,12 +14,12 @@
 #include "kvtier/device/host_device.h"
 #include "kvtier/engine/byte_vocab.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/server_worker_connector.h"
 #include "kvtier/engine/step_messages.h"
 #include "kvtier/engine/tiny_model.h"
 #include "kvtier/engine/wire.h"
 #include "kvtier/engine/zmq_collective.h"
 #include "kvtier/transfer/transfer_engine.h"
-#include "kvtier/engine/server_worker_connector.h"
 
 namespace kvtier {
 namespace {
