@@ -61,6 +61,24 @@ class ServerWorkerConnectorTest : public ::testing::Test {
     return Outcome::kFailed;
   }
 
+  // kvtierd's STATS, through a client of its own.
+  server::Reply server_stats() {
+    SharedKvArena arena(layout_, layout_.groups[0].blocks_per_chunk, "probe");
+    server::CacheClient probe(server::ClientOptions{.endpoint = kvtierd_->endpoint()},
+                              arena.registration(1));
+    EXPECT_TRUE(probe.wait_until_ok(std::chrono::seconds(10)));
+    Result<server::Reply> stats = probe.stats().get();
+    EXPECT_TRUE(stats) << stats.error().message;
+    return stats ? *stats : server::Reply{};
+  }
+  // F12 on kvtierd's side: its cache audits clean, nothing pinned or in flight.
+  void expect_server_quiescent() {
+    const server::Reply stats = server_stats();
+    EXPECT_EQ(stats.field("cache_audit_ok"), 1u);
+    EXPECT_EQ(stats.field("slots_pinned"), 0u);
+    EXPECT_EQ(stats.field("transfers_in_flight"), 0u);
+  }
+
   static TransferJob job(JobId id, std::vector<uint32_t> blocks, ChunkKey key, uint32_t first_block = 0) {
     return TransferJob{.job = id,
                        .request = "r",
@@ -99,6 +117,7 @@ TEST_F(ServerWorkerConnectorTest, StoredChunkLoadsBackWholeOrFromInsideTheChunk)
   std::vector<std::byte> untouched(layout_.groups[0].layer_block_bytes(), std::byte{1});
   EXPECT_EQ(std::memcmp(block(8, 0), untouched.data(), untouched.size()), 0) << "block 8 not written";
   EXPECT_EQ(connector_.in_flight(), 0u);
+  expect_server_quiescent();
 }
 
 TEST_F(ServerWorkerConnectorTest, F4_FailedLoadReportsItsBlocksInvalidWithItsVerdict) {
@@ -117,6 +136,7 @@ TEST_F(ServerWorkerConnectorTest, F4_FailedLoadReportsItsBlocksInvalidWithItsVer
   EXPECT_EQ(faulted.invalid_blocks, (GroupBlocks{{12, 13}}));
   EXPECT_FALSE(faulted.fail_stop);
   EXPECT_EQ(connector_.in_flight(), 0u);
+  expect_server_quiescent();
 }
 
 TEST_F(ServerWorkerConnectorTest, F7_LoadLostWithTheServerIsUnprovableAndFailStopsTheRank) {
@@ -125,6 +145,8 @@ TEST_F(ServerWorkerConnectorTest, F7_LoadLostWithTheServerIsUnprovableAndFailSto
   until_verdict(1);
   connector_.set_test_hook(Direction::kLoad, "hang_copies");
   load(2, {4, 5, 6, 7}, key_);
+  // The RETRIEVE reached kvtierd and its copies hang (one never sent would just fail).
+  ASSERT_TRUE(eventually([&] { return server_stats().field("transfers_in_flight") == 1; }));
   EXPECT_EQ(connector_.take_output().finished.size(), 0u) << "the copies hang";
   kvtierd_->kill_now();
   const WorkerOutput lost = until_verdict(2).back();
