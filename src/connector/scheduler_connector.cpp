@@ -30,7 +30,20 @@ SchedulerOptions scheduler_options(const Config& config, uint32_t world_size, Kv
 
 SchedulerConnector::SchedulerConnector(SchedulerOptions options, CacheManager& cache,
                                        const Clock& clock)
-    : options_(std::move(options)), cache_(cache), clock_(clock) {
+    : options_(std::move(options)),
+      local_index_(std::make_unique<LocalCacheIndex>(cache)),
+      cache_(*local_index_),
+      clock_(clock) {
+  init();
+}
+
+SchedulerConnector::SchedulerConnector(SchedulerOptions options, CacheIndex& index,
+                                       const Clock& clock)
+    : options_(std::move(options)), cache_(index), clock_(clock) {
+  init();
+}
+
+void SchedulerConnector::init() {
   if (Status s = options_.layout.validate(); !s) throw std::invalid_argument(s.error().message);
   if (options_.world_size == 0) throw std::invalid_argument("SchedulerConnector: world_size 0");
   if (options_.store_threshold == 0) {
@@ -228,6 +241,7 @@ void SchedulerConnector::update_state_after_alloc(const RequestId& request,
     return;
   }
   for (size_t i = 0; i < transfer.chunks.size(); ++i) transfer.chunks[i].slot = (*slots)[i];
+  transfer.keys = job->keys;
   cache_.touch(job->keys);  // used again: the most recently used keep their slots longest
   for (const ChunkKey& k : job->keys) ++being_loaded_[k];
   r.load = job->id;
@@ -331,6 +345,7 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
     }
     transfer.chunks.push_back(std::move(chunk));
   }
+  transfer.keys = job->keys;
   ++r.stores_in_flight;
   ++counters_.jobs_issued;
   meta.stores.push_back(std::move(transfer));

@@ -79,6 +79,12 @@ class CoreProcessHarness {
 
   const std::optional<std::string>& failed() const { return failed_; }
   const nlohmann::json& counters() const { return counters_; }
+  // Longest time between two heartbeats handled since the last reset (messages are handled
+  // only inside wait_until: call this after waits that poll continuously).
+  std::chrono::steady_clock::duration max_heartbeat_gap() const { return max_heartbeat_gap_; }
+  void reset_heartbeat_gap() { max_heartbeat_gap_ = {}; }
+  // The last heartbeat's degraded list (H7).
+  const std::vector<std::string>& degraded() const { return degraded_; }
   // Counters from a heartbeat sent after everything handled so far.
   const nlohmann::json& fresh_counters() {
     const size_t seen = heartbeats_;
@@ -103,7 +109,11 @@ class CoreProcessHarness {
       worker_pids_ = m["workers"].get<std::vector<int>>();
     }
     if (t == "hb") {
+      const auto now = std::chrono::steady_clock::now();
+      if (heartbeats_ > 0) max_heartbeat_gap_ = std::max(max_heartbeat_gap_, now - last_heartbeat_);
+      last_heartbeat_ = now;
       counters_ = m["counters"];
+      degraded_ = m["degraded"].get<std::vector<std::string>>();
       ++heartbeats_;
     }
     if (t == "failed" && !failed_) failed_ = m["reason"].get<std::string>();
@@ -129,6 +139,9 @@ class CoreProcessHarness {
   bool hello_ = false;
   std::optional<std::string> failed_;
   nlohmann::json counters_;
+  std::vector<std::string> degraded_;
+  std::chrono::steady_clock::time_point last_heartbeat_{};
+  std::chrono::steady_clock::duration max_heartbeat_gap_{};
   size_t heartbeats_ = 0;
   std::vector<int> worker_pids_;
   std::map<std::string, Completion> completions_;

@@ -1,5 +1,5 @@
-// SchedulerConnector: the scheduler side of the engine contract. It owns the host cache's
-// index (a CacheManager), decides per step which chunks every rank loads and stores, and turns
+// SchedulerConnector: the scheduler side of the engine contract. It drives the host cache's
+// index (a CacheManager in-process, or any CacheIndex, e.g. kvtierd's), decides per step which chunks every rank loads and stores, and turns
 // the ranks' per-job verdicts into published stores, recomputed loads and released leases.
 //
 // Each step the engine's scheduler calls, in order:
@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "kvtier/cache/cache_manager.h"
+#include "kvtier/connector/cache_index.h"
 #include "kvtier/connector/step_metadata.h"
 #include "kvtier/core/chunk_key.h"
 #include "kvtier/core/clock.h"
@@ -119,7 +120,11 @@ struct ConnectorCounters {
 
 class SchedulerConnector {
  public:
+  // The in-process host cache.
   SchedulerConnector(SchedulerOptions options, CacheManager& cache,
+                     const Clock& clock = SteadyClock::instance());
+  // Any index; `index` outlives the connector.
+  SchedulerConnector(SchedulerOptions options, CacheIndex& index,
                      const Clock& clock = SteadyClock::instance());
   ~SchedulerConnector();
   SchedulerConnector(const SchedulerConnector&) = delete;
@@ -174,11 +179,13 @@ class SchedulerConnector {
   void ack(JobId job, uint32_t rank, Outcome outcome, StepOutcome& out);
   void retire(Job& job, StepOutcome& out);
   void fail_stop(std::string reason, StepOutcome& out);
+  void init();  // validates the options, sizes the per-group state
   void maybe_release(RequestState& r, StepOutcome& out);
   size_t truncate_load(const Job& job) const;
 
   SchedulerOptions options_;
-  CacheManager& cache_;
+  std::unique_ptr<LocalCacheIndex> local_index_;  // set by the CacheManager constructor
+  CacheIndex& cache_;
   const Clock& clock_;
   size_t align_tokens_ = 0;  // least common multiple of every group's chunk tokens
   JobId next_job_ = 1;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/core/chunk_key.h"
 #include "kvtier/transfer/copy_descriptors.h"
 #include "kvtier/transfer/transfer_result.h"
 
@@ -23,6 +24,9 @@ struct TransferJob {
   JobId job = 0;
   RequestId request;
   std::vector<ChunkTransfer> chunks;
+  // keys[i]: the cache key of chunks[i]. A worker side whose cache is addressed by key rather
+  // than by slot (kvtierd, `cache.mode: server`) needs them.
+  std::vector<ChunkKey> keys;
 };
 
 struct StepMetadata {

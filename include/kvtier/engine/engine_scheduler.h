@@ -62,6 +62,8 @@ struct EngineCounters {
   size_t waiting = 0;
 };
 
+class ServerCacheIndex;
+
 class EngineScheduler {
  public:
   EngineScheduler(const Config& config, const EngineShape& shape);
@@ -86,6 +88,9 @@ class EngineScheduler {
   EngineCounters counters() const;
   std::optional<ConnectorCounters> connector_counters() const;
   std::optional<CacheCounters> cache_counters() const;
+  // H7: what of the cache is down (`cache.mode: server`: kvtierd unreachable); empty when all
+  // is well.
+  std::vector<std::string> degraded() const;
 
  private:
   struct Request;
@@ -103,7 +108,8 @@ class EngineScheduler {
   const Config config_;
   const EngineShape shape_;
   BlockPool blocks_;
-  std::unique_ptr<CacheManager> cache_;
+  std::unique_ptr<CacheManager> cache_;               // cache.mode: local
+  std::unique_ptr<ServerCacheIndex> server_index_;  // cache.mode: server
   std::unique_ptr<SchedulerConnector> connector_;
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;

@@ -256,7 +256,7 @@ class EngineCore {
       counters["kvtier_host_slots_free"] = c->slots_free;
       counters["kvtier_quarantined_bytes"] = c->quarantined_bytes;
     }
-    send_message(frontend_, {{"t", "hb"}, {"core", core_}, {"degraded", nlohmann::json::array()},
+    send_message(frontend_, {{"t", "hb"}, {"core", core_}, {"degraded", scheduler_.degraded()},
                              {"counters", std::move(counters)}});
   }
 

@@ -1,5 +1,7 @@
 #include "kvtier/engine/engine_scheduler.h"
 
+#include "server_cache_index.h"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -23,7 +25,11 @@ struct EngineScheduler::Request {
 
 EngineScheduler::EngineScheduler(const Config& config, const EngineShape& shape)
     : config_(config), shape_(shape), blocks_(shape.device_blocks) {
-  if (config.connector.enabled) {
+  if (config.connector.enabled && config.cache.mode == "server") {
+    server_index_ = std::make_unique<ServerCacheIndex>(config, shape);
+    connector_ = std::make_unique<SchedulerConnector>(
+        scheduler_options(config, shape.world_size, shape.layout, shape.model_id), *server_index_);
+  } else if (config.connector.enabled) {
     Result<std::unique_ptr<EvictionPolicy>> policy =
         make_eviction_policy(config.cache.eviction, shape.host_slots);
     if (!policy) throw std::invalid_argument(policy.error().message);
@@ -337,6 +343,14 @@ EngineCounters EngineScheduler::counters() const {
 std::optional<ConnectorCounters> EngineScheduler::connector_counters() const {
   if (!connector_) return std::nullopt;
   return connector_->counters();
+}
+
+std::vector<std::string> EngineScheduler::degraded() const {
+  std::vector<std::string> out;
+  if (server_index_) {
+    if (auto reason = server_index_->degraded()) out.push_back(std::move(*reason));
+  }
+  return out;
 }
 
 std::optional<CacheCounters> EngineScheduler::cache_counters() const {

@@ -10,7 +10,12 @@ nlohmann::json jobs_to_json(const std::vector<TransferJob>& jobs) {
     for (const ChunkTransfer& c : job.chunks) {
       chunks.push_back({c.group, c.slot, c.first_block, c.blocks});
     }
-    out.push_back({{"job", job.job}, {"request", job.request}, {"chunks", std::move(chunks)}});
+    nlohmann::json keys = nlohmann::json::array();
+    for (const ChunkKey& k : job.keys) keys.push_back({k.lo, k.hi});
+    out.push_back({{"job", job.job},
+                   {"request", job.request},
+                   {"chunks", std::move(chunks)},
+                   {"keys", std::move(keys)}});
   }
   return out;
 }
@@ -24,6 +29,9 @@ std::vector<TransferJob> jobs_from_json(const nlohmann::json& j) {
                                          .blocks = c.at(3).get<std::vector<uint32_t>>(),
                                          .slot = c.at(1).get<uint32_t>(),
                                          .first_block = c.at(2).get<uint32_t>()});
+    }
+    for (const auto& k : item.value("keys", nlohmann::json::array())) {
+      job.keys.push_back(ChunkKey{.lo = k.at(0).get<uint64_t>(), .hi = k.at(1).get<uint64_t>()});
     }
     jobs.push_back(std::move(job));
   }

@@ -14,6 +14,7 @@
 #include "kvtier/device/host_device.h"
 #include "kvtier/engine/byte_vocab.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/server_worker_connector.h"
 #include "kvtier/engine/step_messages.h"
 #include "kvtier/engine/tiny_model.h"
 #include "kvtier/engine/wire.h"
@@ -59,16 +60,25 @@ class Worker {
         model_(shape_.model, rank, shape_.world_size),
         connector_(rank),
         socket_(context_, zmq::socket_type::dealer) {
-    caches_ = allocate_caches(fault_, shape_.layout, shape_.device_blocks);
-    auto pool = HostPool::create(fault_, shape_.layout.max_chunk_bytes(), shape_.host_slots);
-    if (!pool) throw std::runtime_error("host pool: " + pool.error().message);
-    pool_ = std::move(*pool);
     compute_ = fault_.create_stream();
     step_done_ = fault_.create_event();
-    connector_.register_kv_caches(
-        fault_, shape_.layout, caches_,
-        HostSlots{pool_->slot_address(0), pool_->slot_bytes(), shape_.host_slots}, compute_,
-        transfer_options(config.transfer));
+    if (config.connector.enabled && config.cache.mode == "server") {
+      // kvtierd holds the cache: the KV caches live in shared memory it maps.
+      server_ = std::make_unique<ServerWorkerConnector>(rank, shape_.layout, shape_.device_blocks,
+                                                        config);
+      caches_ = server_->caches();
+      // A server that is not up yet only makes this rank's loads and stores fail (H7).
+      server_->wait_until_ok(seconds_to_duration(config.server.connect_timeout_s));
+    } else {
+      caches_ = allocate_caches(fault_, shape_.layout, shape_.device_blocks);
+      auto pool = HostPool::create(fault_, shape_.layout.max_chunk_bytes(), shape_.host_slots);
+      if (!pool) throw std::runtime_error("host pool: " + pool.error().message);
+      pool_ = std::move(*pool);
+      connector_.register_kv_caches(
+          fault_, shape_.layout, caches_,
+          HostSlots{pool_->slot_address(0), pool_->slot_bytes(), shape_.host_slots}, compute_,
+          transfer_options(config.transfer));
+    }
     if (shape_.world_size == 1) {
       collective_ = std::make_unique<SingleRankCollective>();
     } else {
@@ -83,6 +93,7 @@ class Worker {
   ~Worker() {
     // Copies may still run: the device drains before the pool and caches go.
     connector_ = WorkerConnector(rank_);
+    server_.reset();
     fault_.release_hangs();
     host_.quiesce();
   }
@@ -138,7 +149,11 @@ class Worker {
       inputs.push_back(std::move(in));
       ++i;
     }
-    connector_.start_load(meta);
+    if (server_) {
+      server_->start_load(meta);
+    } else {
+      connector_.start_load(meta);
+    }
     std::vector<TokenId> sampled;
     if (!inputs.empty()) {
       // The forward pass runs on the compute stream, in order with the connector's fences
@@ -157,8 +172,12 @@ class Worker {
       if (error) std::rethrow_exception(error);
       for (const auto& l : logits) sampled.push_back(greedy_token(l));
     }
-    connector_.queue_stores(meta);
-    const WorkerOutput out = connector_.take_output();
+    if (server_) {
+      server_->queue_stores(meta);
+    } else {
+      connector_.queue_stores(meta);
+    }
+    const WorkerOutput out = server_ ? server_->take_output() : connector_.take_output();
     send_message(socket_, {{"t", "done"},
                            {"step", body.at("step")},
                            {"tokens", sampled},
@@ -175,7 +194,8 @@ class Worker {
   std::unique_ptr<HostPool> pool_;
   StreamHandle compute_;
   EventHandle step_done_;
-  WorkerConnector connector_;
+  WorkerConnector connector_;                      // cache.mode: local
+  std::unique_ptr<ServerWorkerConnector> server_;  // cache.mode: server
   zmq::context_t context_;
   std::unique_ptr<Collective> collective_;
   zmq::socket_t socket_;

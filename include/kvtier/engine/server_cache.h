@@ -1,0 +1,54 @@
+// What the engine core and its workers share when `cache.mode: server` (kvtierd holds the
+// cache): the per-rank keys and the KV memory a rank registers with the server.
+//
+// kvtierd keys chunks globally, and every rank holds only its share of a chunk, so each rank
+// stores and retrieves its share under rank_key(key, rank); a chunk is a hit when every rank's
+// share is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kvtier/core/chunk_key.h"
+#include "kvtier/core/kv_layout.h"
+#include "kvtier/server/client.h"
+#include "kvtier/transfer/copy_descriptors.h"
+
+namespace kvtier {
+
+ChunkKey rank_key(const ChunkKey& key, uint32_t rank);
+
+// SharedKvArena: a rank's KV caches in a POSIX shared-memory object (the host device's stand-in
+// for CUDA IPC), `num_blocks` blocks per group in `layout`'s device layout, zero-filled.
+// The object is unlinked and unmapped by the destructor: destroy it only once no server copy
+// can touch it any more (the client that registered it is gone).
+// Not thread-safe; the bytes are shared with the server.
+class SharedKvArena {
+ public:
+  SharedKvArena(const KvLayout& layout, uint32_t num_blocks, const std::string& name_hint);
+  ~SharedKvArena();
+  SharedKvArena(const SharedKvArena&) = delete;
+  SharedKvArena& operator=(const SharedKvArena&) = delete;
+
+  server::Registration registration(uint32_t rank) const;
+  // Where each group's tensors are, as pointers usable in this process; the addresses report
+  // `visible_blocks` blocks (the rest of the arena is the caller's scratch).
+  KvCacheAddresses addresses(uint32_t visible_blocks) const;
+  std::byte* base() const { return base_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  KvLayout layout_;
+  uint32_t num_blocks_;
+  std::string name_;
+  size_t bytes_ = 0;
+  std::byte* base_ = nullptr;
+  std::vector<server::GroupTensors> groups_;
+};
+
+// Copies block `from` to block `to` of group `group` in `caches` (every layer), in this process.
+void copy_block(const KvLayout& layout, const KvCacheAddresses& caches, uint32_t group,
+                uint32_t from, uint32_t to);
+
+}  // namespace kvtier

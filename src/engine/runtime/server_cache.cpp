@@ -1,0 +1,84 @@
+#include "kvtier/engine/server_cache.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+
+namespace kvtier {
+
+ChunkKey rank_key(const ChunkKey& key, uint32_t rank) {
+  const std::array<TokenId, 1> tag{static_cast<TokenId>(rank)};
+  return next_chunk_key(key, tag);
+}
+
+SharedKvArena::SharedKvArena(const KvLayout& layout, uint32_t num_blocks,
+                             const std::string& name_hint)
+    : layout_(layout), num_blocks_(num_blocks) {
+  static std::atomic<int> serial{0};
+  name_ = "/kvtier-" + name_hint + "-" + std::to_string(getpid()) + "-" + std::to_string(serial++);
+  const bool per_layer = layout.device_layout == DeviceLayout::kPerLayer;
+  for (const KvGroup& g : layout.groups) {
+    server::GroupTensors tensors{.num_blocks = num_blocks};
+    const size_t tensor = size_t{num_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
+    for (size_t i = 0; i < (per_layer ? g.layers : 1); ++i) {
+      tensors.offsets.push_back(bytes_);
+      bytes_ += tensor;
+    }
+    groups_.push_back(std::move(tensors));
+  }
+  const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) throw std::runtime_error("shared KV memory: cannot create " + name_ + ": " + strerror(errno));
+  if (ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
+    close(fd);
+    shm_unlink(name_.c_str());
+    throw std::runtime_error("shared KV memory: cannot size " + name_ + ": " + strerror(errno));
+  }
+  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(name_.c_str());
+    throw std::runtime_error("shared KV memory: cannot map " + name_ + ": " + strerror(errno));
+  }
+  base_ = static_cast<std::byte*>(p);
+}
+
+SharedKvArena::~SharedKvArena() {
+  munmap(base_, bytes_);
+  shm_unlink(name_.c_str());
+}
+
+server::Registration SharedKvArena::registration(uint32_t rank) const {
+  return server::Registration{
+      .rank = rank,
+      .layout = layout_,
+      .memory = server::SharedKvMemory{.shm_name = name_, .bytes = bytes_, .groups = groups_}};
+}
+
+KvCacheAddresses SharedKvArena::addresses(uint32_t visible_blocks) const {
+  if (visible_blocks > num_blocks_) throw std::invalid_argument("SharedKvArena: too many blocks");
+  KvCacheAddresses caches;
+  for (const server::GroupTensors& g : groups_) {
+    GroupCacheAddresses group{.num_blocks = visible_blocks};
+    for (uint64_t offset : g.offsets) group.bases.push_back(reinterpret_cast<DeviceAddress>(base_ + offset));
+    caches.groups.push_back(std::move(group));
+  }
+  return caches;
+}
+
+void copy_block(const KvLayout& layout, const KvCacheAddresses& caches, uint32_t group,
+                uint32_t from, uint32_t to) {
+  const KvGroup& g = layout.groups.at(group);
+  const bool per_layer = layout.device_layout == DeviceLayout::kPerLayer;
+  const size_t bytes = per_layer ? g.layer_block_bytes() : g.block_bytes();
+  for (DeviceAddress base : caches.groups.at(group).bases) {
+    auto* p = reinterpret_cast<std::byte*>(base);
+    std::memcpy(p + size_t{to} * bytes, p + size_t{from} * bytes, bytes);
+  }
+}
+
+}  // namespace kvtier

@@ -1,0 +1,176 @@
+#include "kvtier/engine/server_worker_connector.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace kvtier {
+namespace {
+
+constexpr uint32_t kScratchChunks = 8;  // per group: loads starting inside a chunk at once
+
+uint32_t max_blocks_per_chunk(const KvLayout& layout) {
+  uint32_t n = 1;
+  for (const KvGroup& g : layout.groups) n = std::max(n, g.blocks_per_chunk);
+  return n;
+}
+
+}  // namespace
+
+ServerWorkerConnector::ServerWorkerConnector(uint32_t rank, const KvLayout& layout,
+                                             uint32_t device_blocks, const Config& config)
+    : rank_(rank), layout_(layout), device_blocks_(device_blocks) {
+  const uint32_t blocks = device_blocks + kScratchChunks * max_blocks_per_chunk(layout);
+  arena_ = std::make_unique<SharedKvArena>(layout, blocks, "rank" + std::to_string(rank));
+  caches_ = arena_->addresses(device_blocks);
+  all_ = arena_->addresses(blocks);
+  scratch_busy_.assign(layout.groups.size(), std::vector<bool>(kScratchChunks, false));
+  invalid_.resize(layout.groups.size());
+  client_ = std::make_unique<server::CacheClient>(server::ClientOptions::from_config(config),
+                                                  arena_->registration(rank));
+}
+
+ServerWorkerConnector::~ServerWorkerConnector() {
+  // The client resolves what is outstanding and goes first; the server may still hold a
+  // mapping of the arena (F7 retention) — unlinking the name does not unmap its copy.
+  client_.reset();
+}
+
+uint32_t ServerWorkerConnector::scratch_block(uint32_t group, uint32_t scratch, uint32_t i) const {
+  return device_blocks_ + scratch * layout_.groups[group].blocks_per_chunk + i;
+}
+
+std::optional<uint32_t> ServerWorkerConnector::take_scratch(uint32_t group) {
+  std::vector<bool>& busy = scratch_busy_[group];
+  for (uint32_t s = 0; s < busy.size(); ++s) {
+    if (!busy[s]) {
+      busy[s] = true;
+      return s;
+    }
+  }
+  return std::nullopt;
+}
+
+void ServerWorkerConnector::submit(const TransferJob& t, Direction direction) {
+  Job job{.direction = direction};
+  job.blocks.resize(layout_.groups.size());
+  if (t.keys.size() != t.chunks.size()) {
+    job.failed_now = "job " + std::to_string(t.job) + " carries no chunk keys";
+  }
+  // Per group: the rank's keys and the chunks' blocks of one request.
+  std::vector<std::vector<ChunkKey>> keys(layout_.groups.size());
+  std::vector<std::vector<std::vector<uint32_t>>> blocks(layout_.groups.size());
+  for (size_t i = 0; i < t.chunks.size() && job.failed_now.empty(); ++i) {
+    const ChunkTransfer& c = t.chunks[i];
+    if (c.group >= layout_.groups.size()) {
+      throw std::invalid_argument("job " + std::to_string(t.job) + ": group " + std::to_string(c.group));
+    }
+    const ChunkKey key = rank_key(t.keys[i], rank_);
+    job.blocks[c.group].insert(job.blocks[c.group].end(), c.blocks.begin(), c.blocks.end());
+    if (c.first_block == 0) {
+      keys[c.group].push_back(key);
+      blocks[c.group].push_back(c.blocks);
+      continue;
+    }
+    // A load that starts inside the chunk: the whole chunk goes to scratch.
+    const std::optional<uint32_t> scratch = take_scratch(c.group);
+    if (!scratch) {
+      job.failed_now = "no scratch chunk free for a load that starts inside a chunk";
+      continue;
+    }
+    std::vector<uint32_t> whole;
+    for (uint32_t b = 0; b < layout_.groups[c.group].blocks_per_chunk; ++b) {
+      whole.push_back(scratch_block(c.group, *scratch, b));
+    }
+    job.copies.push_back(ScratchCopy{
+        .group = c.group, .scratch = *scratch, .first_block = c.first_block, .to = c.blocks});
+    job.parts.push_back(client_->retrieve(t.job, c.group, {key}, {std::move(whole)}, 0, load_hook_));
+  }
+  for (uint32_t g = 0; g < layout_.groups.size() && job.failed_now.empty(); ++g) {
+    if (keys[g].empty()) continue;
+    job.parts.push_back(
+        direction == Direction::kStore
+            ? client_->store(t.job, g, std::move(keys[g]), std::move(blocks[g]), store_hook_)
+            : client_->retrieve(t.job, g, std::move(keys[g]), std::move(blocks[g]), 0, load_hook_));
+  }
+  jobs_.emplace(t.job, std::move(job));
+}
+
+void ServerWorkerConnector::start_load(const StepMetadata& metadata) {
+  // F10: the stores named read blocks that this step's forward pass may write.
+  for (JobId id : metadata.flush) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second.direction != Direction::kStore) continue;
+    for (auto& part : it->second.parts) part.wait();  // resolves by its deadline (F8)
+  }
+  for (const TransferJob& t : metadata.loads) submit(t, Direction::kLoad);
+}
+
+void ServerWorkerConnector::queue_stores(const StepMetadata& metadata) {
+  for (const TransferJob& t : metadata.stores) submit(t, Direction::kStore);
+}
+
+void ServerWorkerConnector::finish(JobId id, Job& job) {
+  Outcome outcome = Outcome::kCompleted;
+  std::string error = job.failed_now;
+  if (!error.empty()) outcome = Outcome::kFailed;
+  for (auto& part : job.parts) {
+    const TransferResult r = part.get();
+    if (r.outcome == Outcome::kUnprovable) {
+      outcome = Outcome::kUnprovable;
+    } else if (r.outcome != Outcome::kCompleted && outcome == Outcome::kCompleted) {
+      outcome = Outcome::kFailed;
+    }
+    if (r.outcome != Outcome::kCompleted && error.empty()) error = r.error;
+  }
+  for (const ScratchCopy& c : job.copies) {
+    if (outcome == Outcome::kCompleted) {
+      for (size_t i = 0; i < c.to.size(); ++i) {
+        copy_block(layout_, all_, c.group, scratch_block(c.group, c.scratch, c.first_block + static_cast<uint32_t>(i)),
+                   c.to[i]);
+      }
+    }
+    // F7: a server copy may still write an Unprovable load's scratch: never reuse it.
+    if (outcome != Outcome::kUnprovable) scratch_busy_[c.group][c.scratch] = false;
+  }
+  if (outcome == Outcome::kUnprovable && fail_stop_reason_.empty()) {
+    fail_stop_reason_ = "job " + std::to_string(id) + " is unprovable: " + error;
+  }
+  if (job.direction == Direction::kLoad && outcome != Outcome::kCompleted) {
+    for (size_t g = 0; g < job.blocks.size(); ++g) {
+      invalid_[g].insert(invalid_[g].end(), job.blocks[g].begin(), job.blocks[g].end());  // F4
+    }
+  }
+  finished_.push_back(JobVerdict{.job = id, .outcome = outcome,
+                                 .error = outcome == Outcome::kCompleted ? "" : error});
+}
+
+void ServerWorkerConnector::collect() {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const bool ready = std::ranges::all_of(it->second.parts, [](auto& f) {
+      return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
+    if (!ready) {
+      ++it;
+      continue;
+    }
+    finish(it->first, it->second);
+    it = jobs_.erase(it);
+  }
+}
+
+WorkerOutput ServerWorkerConnector::take_output() {
+  collect();
+  WorkerOutput out{.rank = rank_};
+  out.finished = std::move(finished_);
+  finished_.clear();
+  out.invalid_blocks = std::move(invalid_);
+  invalid_.assign(layout_.groups.size(), {});
+  out.fail_stop = client_->fail_stopped() || !fail_stop_reason_.empty();
+  out.fail_stop_reason = !fail_stop_reason_.empty() ? fail_stop_reason_
+                         : out.fail_stop         ? "cache server client fail-stopped"
+                                                 : "";
+  return out;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,159 @@
+// ServerWorkerConnector (the worker side in `cache.mode: server`) against a real kvtierd started
+// with --test-hooks: verdicts, bytes, loads starting inside a chunk, F4 and F7.
+#include "kvtier/engine/server_worker_connector.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "engine/kvtierd_for_engine.h"
+
+namespace kvtier::testing {
+namespace {
+
+KvLayout test_layout() {
+  return KvLayout{.device_layout = DeviceLayout::kPerLayer,
+                  .groups = {KvGroup{.layers = 2, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 4,
+                                     .block_size = 4, .blocks_per_chunk = 4}}};
+}
+
+class ServerWorkerConnectorTest : public ::testing::Test {
+ protected:
+  ServerWorkerConnectorTest()
+      : layout_(test_layout()),
+        kvtierd_(start_kvtierd(layout_.groups[0], unique_endpoint(), /*test_hooks=*/true)),
+        connector_(0, layout_, 32, server_mode(Config{}, kvtierd_->endpoint())) {
+    EXPECT_TRUE(connector_.wait_until_ok(std::chrono::seconds(10)));
+  }
+
+  std::byte* block(uint32_t b, uint32_t layer) const {
+    return reinterpret_cast<std::byte*>(connector_.caches().groups[0].bases[layer]) +
+           size_t{b} * layout_.groups[0].layer_block_bytes();
+  }
+  void fill(uint32_t b, uint8_t seed) {
+    for (uint32_t l = 0; l < 2; ++l) std::memset(block(b, l), seed + l, layout_.groups[0].layer_block_bytes());
+  }
+  bool same(uint32_t a, uint32_t b) const {
+    for (uint32_t l = 0; l < 2; ++l) {
+      if (std::memcmp(block(a, l), block(b, l), layout_.groups[0].layer_block_bytes()) != 0) return false;
+    }
+    return true;
+  }
+
+  // Outputs until `job` has a verdict (bounded); the output that carries it is last.
+  std::vector<WorkerOutput> until_verdict(JobId job) {
+    std::vector<WorkerOutput> outputs;
+    auto has = [&] {
+      outputs.push_back(connector_.take_output());
+      for (const JobVerdict& v : outputs.back().finished) {
+        if (v.job == job) return true;
+      }
+      return false;
+    };
+    EXPECT_TRUE(eventually(has, std::chrono::seconds(10))) << "no verdict for job " << job;
+    return outputs;
+  }
+  static Outcome outcome_of(const WorkerOutput& o, JobId job) {
+    for (const JobVerdict& v : o.finished) {
+      if (v.job == job) return v.outcome;
+    }
+    ADD_FAILURE() << "no verdict for job " << job;
+    return Outcome::kFailed;
+  }
+
+  // kvtierd's STATS, through a client of its own.
+  server::Reply server_stats() {
+    SharedKvArena arena(layout_, layout_.groups[0].blocks_per_chunk, "probe");
+    server::CacheClient probe(server::ClientOptions{.endpoint = kvtierd_->endpoint()},
+                              arena.registration(1));
+    EXPECT_TRUE(probe.wait_until_ok(std::chrono::seconds(10)));
+    Result<server::Reply> stats = probe.stats().get();
+    EXPECT_TRUE(stats) << stats.error().message;
+    return stats ? *stats : server::Reply{};
+  }
+  // F12 on kvtierd's side: its cache audits clean, nothing pinned or in flight.
+  void expect_server_quiescent() {
+    const server::Reply stats = server_stats();
+    EXPECT_EQ(stats.field("cache_audit_ok"), 1u);
+    EXPECT_EQ(stats.field("slots_pinned"), 0u);
+    EXPECT_EQ(stats.field("transfers_in_flight"), 0u);
+  }
+
+  static TransferJob job(JobId id, std::vector<uint32_t> blocks, ChunkKey key, uint32_t first_block = 0) {
+    return TransferJob{.job = id,
+                       .request = "r",
+                       .chunks = {ChunkTransfer{.group = 0, .blocks = std::move(blocks), .first_block = first_block}},
+                       .keys = {key}};
+  }
+  void store(JobId id, std::vector<uint32_t> blocks, ChunkKey key) {
+    connector_.queue_stores(StepMetadata{.stores = {job(id, std::move(blocks), key)}});
+  }
+  void load(JobId id, std::vector<uint32_t> blocks, ChunkKey key, uint32_t first_block = 0) {
+    connector_.start_load(StepMetadata{.loads = {job(id, std::move(blocks), key, first_block)}});
+  }
+
+  const ChunkKey key_{.lo = 7, .hi = 11};
+  KvLayout layout_;
+  std::unique_ptr<KvtierdProcess> kvtierd_;
+  ServerWorkerConnector connector_;
+};
+
+TEST_F(ServerWorkerConnectorTest, StoredChunkLoadsBackWholeOrFromInsideTheChunk) {
+  for (uint32_t b = 0; b < 4; ++b) fill(b, static_cast<uint8_t>(10 * (b + 1)));
+  store(1, {0, 1, 2, 3}, key_);
+  EXPECT_EQ(outcome_of(until_verdict(1).back(), 1), Outcome::kCompleted);
+
+  load(2, {4, 5, 6, 7}, key_);
+  EXPECT_EQ(outcome_of(until_verdict(2).back(), 2), Outcome::kCompleted);
+  for (uint32_t b = 0; b < 4; ++b) EXPECT_TRUE(same(b, 4 + b)) << "block " << b;
+
+  // The device holds the chunk's first two blocks (8, 9): only blocks 2 and 3 go to 10, 11.
+  fill(8, 1);
+  fill(9, 2);
+  load(3, {10, 11}, key_, /*first_block=*/2);
+  EXPECT_EQ(outcome_of(until_verdict(3).back(), 3), Outcome::kCompleted);
+  EXPECT_TRUE(same(2, 10));
+  EXPECT_TRUE(same(3, 11));
+  std::vector<std::byte> untouched(layout_.groups[0].layer_block_bytes(), std::byte{1});
+  EXPECT_EQ(std::memcmp(block(8, 0), untouched.data(), untouched.size()), 0) << "block 8 not written";
+  EXPECT_EQ(connector_.in_flight(), 0u);
+  expect_server_quiescent();
+}
+
+TEST_F(ServerWorkerConnectorTest, F4_FailedLoadReportsItsBlocksInvalidWithItsVerdict) {
+  load(1, {4, 5, 6, 7}, ChunkKey{.lo = 99, .hi = 99});  // never stored: not_found
+  const WorkerOutput missing = until_verdict(1).back();
+  EXPECT_EQ(outcome_of(missing, 1), Outcome::kFailed);
+  EXPECT_EQ(missing.invalid_blocks, (GroupBlocks{{4, 5, 6, 7}}));
+
+  fill(0, 3);
+  store(2, {0, 1, 2, 3}, key_);
+  until_verdict(2);
+  connector_.set_test_hook(Direction::kLoad, "fail_copies");  // a device fault in kvtierd
+  load(3, {12, 13}, key_, /*first_block=*/2);
+  const WorkerOutput faulted = until_verdict(3).back();
+  EXPECT_EQ(outcome_of(faulted, 3), Outcome::kFailed);
+  EXPECT_EQ(faulted.invalid_blocks, (GroupBlocks{{12, 13}}));
+  EXPECT_FALSE(faulted.fail_stop);
+  EXPECT_EQ(connector_.in_flight(), 0u);
+  expect_server_quiescent();
+}
+
+TEST_F(ServerWorkerConnectorTest, F7_LoadLostWithTheServerIsUnprovableAndFailStopsTheRank) {
+  fill(0, 5);
+  store(1, {0, 1, 2, 3}, key_);
+  until_verdict(1);
+  connector_.set_test_hook(Direction::kLoad, "hang_copies");
+  load(2, {4, 5, 6, 7}, key_);
+  // The RETRIEVE reached kvtierd and its copies hang (one never sent would just fail).
+  ASSERT_TRUE(eventually([&] { return server_stats().field("transfers_in_flight") == 1; }));
+  EXPECT_EQ(connector_.take_output().finished.size(), 0u) << "the copies hang";
+  kvtierd_->kill_now();
+  const WorkerOutput lost = until_verdict(2).back();
+  EXPECT_EQ(outcome_of(lost, 2), Outcome::kUnprovable);
+  EXPECT_TRUE(lost.fail_stop);
+  EXPECT_TRUE(connector_.take_output().fail_stop) << "for good";
+}
+
+}  // namespace
+}  // namespace kvtier::testing
