@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "kvtier/engine/child_process.h"
 #include "kvtier/engine/frontend_process.h"
-#include "kvtier/engine/model_config.h"
+#include "kvtier/engine/engine_shape.h"
 
 extern char** environ;
 
@@ -21,19 +21,9 @@ struct ServeFlags {
   std::optional<uint32_t> port;
   std::optional<uint32_t> engine_cores;
   std::optional<uint32_t> world_size;
+  std::optional<std::string> cache_mode;
+  std::optional<std::string> cache_server;
 };
-
-ModelConfig model_config_of(const ModelSection& s) {
-  return ModelConfig{.layers = s.layers,
-                     .q_heads = s.q_heads,
-                     .kv_heads = s.kv_heads,
-                     .head_dim = s.head_dim,
-                     .hidden = s.hidden,
-                     .mlp_dim = s.mlp_dim,
-                     .max_context = s.max_context,
-                     .sliding_window = s.sliding_window,
-                     .seed = s.seed};
-}
 
 // The resolved configuration is written to the run dir; the re-executed processes must read it
 // as is, not with KVTIER_* variables laid over it again (they may be overridden by --set).
@@ -51,12 +41,16 @@ int serve(Config config, const ServeFlags& flags) {
   if (flags.port) config.engine.port = *flags.port;
   if (flags.engine_cores) config.engine.engine_cores = *flags.engine_cores;
   if (flags.world_size) config.engine.world_size = *flags.world_size;
+  if (flags.cache_mode) config.cache.mode = *flags.cache_mode;
+  if (flags.cache_server) config.server.endpoint = *flags.cache_server;
   if (Status ok = config.validate(); !ok) {
     std::cerr << "kvtier serve: configuration: " << ok.error().message << "\n";
     return 2;
   }
-  if (Status ok = model_config_of(config.model).validate_for(config.engine.world_size); !ok) {
-    std::cerr << "kvtier serve: configuration: " << ok.error().message << "\n";
+  try {
+    (void)engine_shape(config);  // the model splits over the ranks, the cache holds a chunk
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "kvtier serve: configuration: " << e.what() << "\n";
     return 2;
   }
   const char* tmp = std::getenv("TMPDIR");
@@ -120,6 +114,13 @@ Action add_serve_command(CLI::App& app) {
                     "Tensor-parallel worker processes per engine core; must divide "
                     "model.kv_heads and model.mlp_dim (engine.world_size)")
       ->check(CLI::Range(1, 64));
+  serve->add_option("--cache-mode", flags->cache_mode,
+                    "Where offloaded KV goes: local (an in-process host cache, the default) or "
+                    "server (kvtierd at --cache-server) (cache.mode)")
+      ->check(CLI::IsMember({"local", "server"}));
+  serve->add_option("--cache-server", flags->cache_server,
+                    "kvtierd's ZeroMQ endpoint for --cache-mode server, e.g. tcp://127.0.0.1:5557 "
+                    "(server.endpoint)");
   CLI::App* frontend = app.add_subcommand(
       "frontend", "Internal role of `kvtier serve`: HTTP server and engine-core manager");
   frontend->group("");  // not listed: started by `kvtier serve` only
