@@ -37,6 +37,15 @@ constexpr auto kPollInterval = std::chrono::milliseconds(10);
 // How long the I/O thread waits for a dead core's last messages before it records the death.
 constexpr auto kExitDrain = std::chrono::milliseconds(20);
 
+// zmq::poll that treats a signal's interruption (SIGTERM reaching this thread) as a timeout.
+void poll_for(zmq::pollitem_t* items, size_t count, std::chrono::milliseconds timeout) {
+  try {
+    zmq::poll(items, count, timeout);
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw;
+  }
+}
+
 struct InFlight {
   uint32_t core = 0;
   std::shared_ptr<RequestStream> stream;
@@ -229,7 +238,7 @@ struct CoreManager::Impl {
       // `err`s). Those messages left it before it exited; give them one short poll to arrive so
       // that its own reason, not just the exit status, names the failure.
       zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, kExitDrain);
+      poll_for(&item, 1, kExitDrain);
       receive_all();
       std::lock_guard lock(mutex);
       if (exited[n]) continue;
@@ -252,11 +261,7 @@ struct CoreManager::Impl {
     while (!stop.load()) {
       zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
                                  {nullptr, wake_fd, ZMQ_POLLIN, 0}};
-      try {
-        zmq::poll(items, 2, kPollInterval);
-      } catch (const zmq::error_t& e) {
-        if (e.num() != EINTR) throw;
-      }
+      poll_for(items, 2, kPollInterval);
       if (items[1].revents & ZMQ_POLLIN) {
         uint64_t count = 0;
         (void)!read(wake_fd, &count, sizeof count);
