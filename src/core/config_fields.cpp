@@ -195,6 +195,9 @@ const std::vector<Field>& config_fields() {
         faults.field("record_failure_rate", &FaultsConfig::record_failure_rate, fraction(),
                      "Share of copy batches whose end marker cannot be recorded: Unprovable, the "
                      "engine fail-stops. (F7, H4)"),
+        faults.field("direction", &FaultsConfig::direction, one_of({"both", "load", "store"}),
+                     "Which copies draw the faults above: loads (host to device), stores "
+                     "(device to host), or both."),
         server.field("endpoint", &ServerConfig::endpoint, text(),
                      "ZeroMQ endpoint kvtierd binds and clients connect to, e.g. "
                      "tcp://127.0.0.1:5557 or ipc:///tmp/kvtierd.sock."),

@@ -34,7 +34,7 @@ TEST(EngineCore, SharedPrefixEvictedFromTheDeviceIsLoadedFromKvtierWithTheSameOu
   const RunResult off = shared_prefix_run(small_device(false));
   const RunResult on = shared_prefix_run(small_device(true));
   EXPECT_EQ(on.outputs, off.outputs);
-  ASSERT_EQ(on.cached.size(), 4u);
+  ASSERT_EQ(on.cached.size(), 6u);
   EXPECT_EQ(off.cached[3], 0u) << "the device no longer holds A's prefix";
   EXPECT_GE(on.cached[3], 384u) << "A's prefix (24 blocks) comes back from the host cache";
   EXPECT_GE(on.counters.value("kvtier_hit_tokens_total", 0), 384);
@@ -48,9 +48,7 @@ TEST(EngineCore, InjectedLoadAndStoreFaultsLeaveOutputsIdentical) {
   faulty.faults.delay_rate = 0.2;
   const RunResult run = shared_prefix_run(faulty);
   EXPECT_EQ(run.outputs, clean.outputs);
-  EXPECT_GT(run.counters.value("kvtier_loads_failed_total", 0) +
-                run.counters.value("kvtier_stores_failed_total", 0),
-            0)
+  EXPECT_GT(run.counters.value("kvtier_stores_failed_total", 0), 0)
       << run.counters.dump();
 }
 

@@ -49,10 +49,14 @@ inline RunResult shared_prefix_run(const Config& config) {
     ADD_FAILURE() << h.failed().value_or("no hello");
     return run;
   }
-  const auto a = text(400, 1);
-  auto a2 = a;
-  for (TokenId t : text(30, 9)) a2.push_back(t);
-  for (const auto& prompt : {a, text(400, 2), text(400, 3), a2}) {
+  // A, B and C, then each again with a new suffix: three returning prefixes to load.
+  std::vector<std::vector<TokenId>> prompts = {text(400, 1), text(400, 2), text(400, 3)};
+  for (size_t i = 0; i < 3; ++i) {
+    auto again = prompts[i];
+    for (TokenId t : text(30, static_cast<char>(9 + i))) again.push_back(t);
+    prompts.push_back(std::move(again));
+  }
+  for (const auto& prompt : prompts) {
     const Completion c = h.complete(prompt, 8);
     EXPECT_EQ(c.error, "");
     run.outputs.push_back(c.tokens);

@@ -23,7 +23,7 @@ TEST(EngineCoreServerMode, SharedPrefixEvictedFromTheDeviceIsServedByKvtierdWith
   const auto kvtierd = kvtierd_for(config, config.server.endpoint);
   const RunResult on = shared_prefix_run(config);
   EXPECT_EQ(on.outputs, off.outputs);
-  ASSERT_EQ(on.cached.size(), 4u);
+  ASSERT_EQ(on.cached.size(), 6u);
   EXPECT_EQ(off.cached[3], 0u) << "the device no longer holds A's prefix";
   EXPECT_GE(on.cached[3], 384u) << "A's prefix (24 blocks) comes back from kvtierd";
   EXPECT_GE(on.counters.value("kvtier_hit_tokens_total", 0), 384) << on.counters.dump();

@@ -94,6 +94,7 @@ struct FaultsConfig {
   double latched_error_rate = 0;
   double delay_rate = 0;
   double record_failure_rate = 0;  // Unprovable: the engine fail-stops (F7, H4)
+  std::string direction = "both";  // "both" | "load" | "store": which copies draw faults
 
   bool operator==(const FaultsConfig&) const = default;
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvtier/core/clock.h"
+#include "kvtier/device/device.h"
 
 namespace kvtier {
 
@@ -45,6 +46,8 @@ struct RandomFaultRates {
   double delay = 0;
   Duration max_delay = std::chrono::microseconds(200);
   double hang = 0;
+  // Only copies of this kind draw faults (e.g. loads only: kHostToDevice); nullopt: every copy.
+  std::optional<CopyKind> only_kind;
 };
 
 class FaultPlan {
@@ -53,8 +56,8 @@ class FaultPlan {
   static FaultPlan rules(std::vector<FaultRule> rules);
   static FaultPlan random(uint64_t seed, RandomFaultRates rates);
 
-  // The faults for copy call `call` carrying `descriptors` descriptors.
-  FaultRule draw(uint64_t call, size_t descriptors);
+  // The faults for copy call `call` carrying `descriptors` descriptors of `kind`.
+  FaultRule draw(uint64_t call, size_t descriptors, CopyKind kind = CopyKind::kDeviceToHost);
 
  private:
   std::vector<FaultRule> rules_;

@@ -99,7 +99,7 @@ void FaultInjectingDevice::copy_batch(StreamHandle stream, CopyKind kind,
   std::shared_ptr<Gate> gate;
   {
     std::lock_guard lock(mu_);
-    rule = plan_.draw(next_call_++, descriptors.size());
+    rule = plan_.draw(next_call_++, descriptors.size(), kind);
     ++counts_.copy_calls;
     call_streams_.push_back(stream);
     if (rule.non_device_error) {

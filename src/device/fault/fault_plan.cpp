@@ -15,13 +15,13 @@ FaultPlan FaultPlan::random(uint64_t seed, RandomFaultRates rates) {
   return plan;
 }
 
-FaultRule FaultPlan::draw(uint64_t call, size_t descriptors) {
+FaultRule FaultPlan::draw(uint64_t call, size_t descriptors, CopyKind kind) {
   FaultRule drawn;
   drawn.call = call;
   for (const FaultRule& r : rules_) {
     if (r.call == call) return r;
   }
-  if (!rates_) return drawn;
+  if (!rates_ || (rates_->only_kind && *rates_->only_kind != kind)) return drawn;
   std::uniform_real_distribution<double> coin(0.0, 1.0);
   if (coin(rng_) < rates_->submit_failure) {
     drawn.fail_at = std::uniform_int_distribution<size_t>(0, descriptors)(rng_);

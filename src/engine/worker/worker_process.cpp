@@ -24,6 +24,12 @@
 namespace kvtier {
 namespace {
 
+std::optional<CopyKind> only_kind(const std::string& direction) {
+  if (direction == "load") return CopyKind::kHostToDevice;
+  if (direction == "store") return CopyKind::kDeviceToHost;
+  return std::nullopt;
+}
+
 FaultPlan fault_plan(const FaultsConfig& f, uint32_t rank) {
   if (f.submit_failure_rate == 0 && f.latched_error_rate == 0 && f.delay_rate == 0 &&
       f.record_failure_rate == 0) {
@@ -33,7 +39,8 @@ FaultPlan fault_plan(const FaultsConfig& f, uint32_t rank) {
                            RandomFaultRates{.submit_failure = f.submit_failure_rate,
                                             .latched_error = f.latched_error_rate,
                                             .record_failure = f.record_failure_rate,
-                                            .delay = f.delay_rate});
+                                            .delay = f.delay_rate,
+                                            .only_kind = only_kind(f.direction)});
 }
 
 // The rank's device memory for its KV caches, in the layout's shape.
