@@ -121,25 +121,6 @@ class Server {
   int port_ = 0;
 };
 
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid;
-    rest >> state >> ppid;
-    if (ppid == parent) out.push_back(std::stoi(name));
-  }
-  return out;
-}
-
 std::string document(std::mt19937_64& rng, size_t n) {
   static const std::string words[] = {"cache ", "block ", "token ", "layer ", "prefix ", "host ",
                                       "device ", "chunk ", "store ", "load "};
@@ -220,8 +201,8 @@ int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
     s.push_back("engine.world_size=2");
     Server server(exe, s);
     std::vector<pid_t> workers;
-    for (pid_t core : children_of(server.pid())) {
-      for (pid_t w : children_of(core)) workers.push_back(w);
+    for (pid_t core : child_processes(server.pid())) {
+      for (pid_t w : child_processes(core)) workers.push_back(w);
     }
     if (workers.empty()) throw std::runtime_error("no worker process found");
     const auto t0 = BenchClock::now();

@@ -39,6 +39,19 @@ inline uint64_t mix64(uint64_t x) {
   return x;
 }
 
+// Deterministic test prompts: `n` tokens drawn from `seed`, and a prefix with such a suffix.
+inline std::vector<TokenId> make_tokens(size_t n, uint32_t seed) {
+  std::vector<TokenId> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<TokenId>(mix64(seed * 1000003ULL + i) % 50000);
+  return t;
+}
+
+inline std::vector<TokenId> with_suffix(std::vector<TokenId> prefix, size_t n, uint32_t seed) {
+  const auto suffix = make_tokens(n, seed);
+  prefix.insert(prefix.end(), suffix.begin(), suffix.end());
+  return prefix;
+}
+
 // Two groups with different block sizes (a hybrid model): group 0 blocks of 4 tokens, group 1
 // blocks of 8 tokens with fewer layers.
 inline KvLayout hybrid_layout(DeviceLayout device_layout = DeviceLayout::kPerLayer) {

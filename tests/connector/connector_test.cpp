@@ -7,18 +7,6 @@
 namespace kvtier::testing {
 namespace {
 
-std::vector<TokenId> make_tokens(size_t n, uint32_t seed) {
-  std::vector<TokenId> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<TokenId>(mix64(seed * 1000003ULL + i) % 50000);
-  return t;
-}
-
-std::vector<TokenId> with_suffix(std::vector<TokenId> prefix, size_t n, uint32_t seed) {
-  const auto suffix = make_tokens(n, seed);
-  prefix.insert(prefix.end(), suffix.begin(), suffix.end());
-  return prefix;
-}
-
 void run_until_done(ConnectorHarness& h, int max_steps = 200) {
   for (int i = 0; i < max_steps && !h.requests.empty(); ++i) h.step();
   ASSERT_TRUE(h.requests.empty()) << h.requests.size() << " requests left";

@@ -11,42 +11,9 @@
 namespace kvtier::test {
 namespace {
 
-// Children of `parent`, from /proc.
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent) out.push_back(std::stoi(name));
-  }
-  return out;
-}
-
-std::string command_line(pid_t pid) {
-  std::ifstream file("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string all, arg;
-  while (std::getline(file, arg, '\0')) all += arg + " ";
-  return all;
-}
-
-// The pid of the process whose command line contains `role` under the serve tree.
-pid_t find_role(const ServeProcess& serve, const std::string& role) {
-  for (pid_t core : children_of(serve.pid())) {
-    if (command_line(core).find(role) != std::string::npos) return core;
-    for (pid_t worker : children_of(core)) {
-      if (command_line(worker).find(role) != std::string::npos) return worker;
-    }
-  }
-  return -1;
+// The pid of the serve tree's process with `role` in its command line, e.g. {"worker", "0/1"}.
+pid_t find_role(const ServeProcess& serve, const std::vector<std::string>& role) {
+  return find_process(serve.pid(), role).value_or(-1);
 }
 
 std::vector<std::string> serve_args(std::vector<std::string> sets) {
@@ -148,7 +115,7 @@ TEST(ServeE2E, H1_FaultsInjectedThroughConfigLeaveOutputsIdenticalAndHealthy) {
 TEST(ServeE2E, H2_H5_KilledWorkerTurnsHealth503AndEndsTheStreamNamingIt) {
   auto serve = start_ready({"engine.world_size=2", "model.max_context=8192"});
   ASSERT_TRUE(serve);
-  const pid_t worker = find_role(*serve, "worker 0/1");
+  const pid_t worker = find_role(*serve, {"worker", "0/1"});
   ASSERT_GT(worker, 0);
   std::optional<TestClock::time_point> killed;
   std::optional<TestClock::time_point> health_503;
@@ -181,7 +148,7 @@ TEST(ServeE2E, H2_H5_KilledWorkerTurnsHealth503AndEndsTheStreamNamingIt) {
 TEST(ServeE2E, H6_StoppedWorkerTurnsHealth503WithinTheStallTimeout) {
   auto serve = start_ready({"engine.world_size=2", "engine.stall_timeout_s=1"});
   ASSERT_TRUE(serve);
-  const pid_t worker = find_role(*serve, "worker 0/0");
+  const pid_t worker = find_role(*serve, {"worker", "0/0"});
   ASSERT_GT(worker, 0);
   ::kill(worker, SIGSTOP);
   const auto stopped = TestClock::now();
@@ -194,7 +161,7 @@ TEST(ServeE2E, H6_StoppedWorkerTurnsHealth503WithinTheStallTimeout) {
 TEST(ServeE2E, H3_KilledEngineCoreTurnsHealth503) {
   auto serve = start_ready({});
   ASSERT_TRUE(serve);
-  const pid_t core = find_role(*serve, "engine-core 0");
+  const pid_t core = find_role(*serve, {"engine-core", "0"});
   ASSERT_GT(core, 0);
   ::kill(core, SIGKILL);
   EXPECT_TRUE(wait_until([&] { return serve->get("/health", 1000ms).status == 503; }, 2000ms));

@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "kvtier/engine/child_process.h"
+
 namespace kvtier::test {
 
 using namespace std::chrono_literals;
@@ -164,27 +166,6 @@ inline std::vector<std::string> command_line_of(pid_t pid) {
   std::vector<std::string> args;
   for (std::string arg; std::getline(file, arg, '\0');) args.push_back(arg);
   return args;
-}
-
-// The live children of `parent` (scans /proc/<pid>/stat).
-inline std::vector<pid_t> child_processes(pid_t parent) {
-  std::vector<pid_t> children;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    // pid (comm) state ppid …: comm may hold spaces, so parse after the last ')'.
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 1));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && state != 'Z') children.push_back(std::stoi(name));
-  }
-  return children;
 }
 
 // A descendant of `root` whose command line holds `role` as consecutive arguments, e.g.

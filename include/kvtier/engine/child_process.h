@@ -38,6 +38,9 @@ class ChildProcess {
   std::optional<std::string> exit_;
 };
 
+// The live (not zombie) children of `parent`, from /proc.
+std::vector<pid_t> child_processes(pid_t parent);
+
 // The path of the running executable (/proc/self/exe), to start processes of other roles.
 std::string self_executable();
 
