@@ -147,7 +147,8 @@ Status Server::run() {
       Reply pong;
       pong.id = id;
       pong.fields = {{"boot_id", boot_id_}};
-      for (const std::string& tier : service->degraded_tiers()) pong.fields[tier_down_field(tier)] = 1;
+      for (const std::string& tier : service->degraded_tiers())
+        pong.fields[tier_down_field(tier)] = 1;
       answer(client, pong);
       return;
     }

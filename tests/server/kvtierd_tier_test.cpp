@@ -36,8 +36,8 @@ class KvtierdTierTest : public ::testing::Test {
     server_ = std::make_unique<KvtierdProcess>(unique_endpoint(), settings_);
   }
   std::unique_ptr<CacheClient> connect() {
-    auto client = std::make_unique<CacheClient>(fast_client(server_->endpoint()),
-                                                region_.registration());
+    auto client =
+        std::make_unique<CacheClient>(fast_client(server_->endpoint()), region_.registration());
     EXPECT_TRUE(client->wait_until_ok(5s)) << client->health().reason;
     return client;
   }
@@ -190,9 +190,8 @@ TEST_F(KvtierdTierTest, H7_DeadRedisIsNamedDegradedAndRequestsAreStillAnswered) 
   store(*client, 2, during, 8);  // answered; its write-behind finds Redis gone
   ASSERT_TRUE(eventually([&] { return stat(*client, "tier.redis.down") == 1; }));
   EXPECT_EQ(stat(*client, "tiers_degraded"), 1u);
-  ASSERT_TRUE(eventually([&] {
-    return client->health().degraded_tiers == std::vector<std::string>{"redis"};
-  }));
+  ASSERT_TRUE(eventually(
+      [&] { return client->health().degraded_tiers == std::vector<std::string>{"redis"}; }));
   EXPECT_EQ(client->health().state, server::ClientState::kOk);  // kvtierd itself is fine
   // Requests are answered meanwhile: host hits, a miss that skips the DOWN tier, a retrieve.
   auto hits = client->lookup(before).get();

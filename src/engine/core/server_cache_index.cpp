@@ -80,7 +80,8 @@ std::optional<std::string> ServerCacheIndex::degraded() const {
     for (const std::string& t : h.degraded_tiers) names += (names.empty() ? "" : ", ") + t;
     return "cache server " + endpoint_ + ": tiers down: " + names;
   }
-  return "cache server " + endpoint_ + ": " + (h.reason.empty() ? std::string(to_string(h.state)) : h.reason);
+  return "cache server " + endpoint_ + ": " +
+         (h.reason.empty() ? std::string(to_string(h.state)) : h.reason);
 }
 
 }  // namespace kvtier
