@@ -181,18 +181,31 @@ void CacheService::poll_tiers() {
   if (!mover_) return;
   mover_->on_cache_events(events);  // write-behind (on_store)
   if (const size_t n = mover_->poll(); n > 0) counters_["tier_prefetches_completed"] += n;
+  // Keys that became ready (a prefetch that succeeded, or a STORE) may be fetched again later.
+  for (const CacheEvent& e : events) {
+    if (e.kind != CacheEventKind::kStored) continue;
+    for (const ChunkKey& key : e.keys) prefetch_tried_.erase(key);
+  }
 }
 
 bool CacheService::prefetch_from_tiers(std::span<const ChunkKey> keys, size_t host_hits) {
   // Synchronous: waits at most each UP tier's timeout (a tier that slow goes DOWN, H7).
+  // A key whose prefetch was tried and never became ready failed it (missing, corrupt, tier
+  // down): a tier that still says it holds it (Redis keeps a corrupt value) would otherwise
+  // make every LOOKUP "pending" forever. It is a miss until the host pool stores it.
+  if (prefetch_tried_.contains(keys[host_hits])) return false;
   const size_t lower = mover_->lower_hits(keys, host_hits);
   if (lower == 0) return false;
   // prepare_store evicts ready keys not among those it stores: make the host hits the most
   // recently used first, so the prefetch does not evict the prefix this reply counts.
   cache_.touch(keys.first(host_hits));
-  const size_t started = mover_->prefetch(keys.subspan(host_hits, lower));
+  const std::span<const ChunkKey> fetch = keys.subspan(host_hits, lower);
+  const size_t started = mover_->prefetch(fetch);
+  if (started == 0) return false;
+  if (prefetch_tried_.size() + fetch.size() > pool_.num_slots() * 4) prefetch_tried_.clear();
+  prefetch_tried_.insert(fetch.begin(), fetch.end());
   counters_["tier_prefetch_keys"] += started;
-  return started > 0;
+  return true;
 }
 
 void CacheService::add_tier_stats(std::map<std::string, uint64_t>& f) const {

@@ -29,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "kvtier/cache/cache_manager.h"
@@ -144,6 +145,9 @@ class CacheService {
 
   CacheManager cache_;
   std::unique_ptr<TierMover> mover_;  // null without tiers; destroyed before cache_
+  // Keys a LOOKUP prefetched that have not become ready since (in flight, or failed); bounded
+  // (cleared past 4x the slots). A failed one is not fetched again until it is stored.
+  std::unordered_set<ChunkKey, ChunkKeyHash> prefetch_tried_;
   ReadLocks locks_;
   std::map<std::string, Session> sessions_;
   std::vector<std::unique_ptr<SharedKvMapping>> retained_memory_;  // F7

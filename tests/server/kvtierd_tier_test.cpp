@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kvtier/tier/chunk_record.h"
+#include "kvtier/tier/redis_tier.h"
 #include "kvtierd_process.h"
 #include "redis_process.h"
 #include "server_test_util.h"
@@ -162,6 +164,43 @@ TEST_F(KvtierdTierTest, F3_CorruptDiskChunkIsNeverServed) {
   // again (the disk tier deleted its file).
   ASSERT_TRUE(lookup_settles_at(*client, keys, 1));
   EXPECT_EQ(stat(*client, "tier.disk.corrupt"), 1u);
+  EXPECT_EQ(stat(*client, "tier_prefetch_failed"), 1u);
+  TransferResult corrupt =
+      client->retrieve(2, 0, {keys[1]}, consecutive_blocks(40, 1, region_.blocks_per_chunk()))
+          .get();
+  EXPECT_EQ(corrupt.outcome, Outcome::kFailed);
+  EXPECT_TRUE(retrieves_exactly(*client, 3, {keys[0]}, 0, 44));
+  expect_cache_sound(*client);
+}
+
+TEST_F(KvtierdTierTest, F3_CorruptRedisChunkIsNeverServedAndLookupsSettle) {
+  TempDir redis_dir;
+  auto redis = bench::RedisServerProcess::start({.directory = redis_dir.path()}, 10s);
+  ASSERT_TRUE(redis) << redis.error().message;
+  start({"tiers.redis_url=" + (*redis)->url()});
+  auto client = connect();
+  const auto keys = test_keys(350, 2);
+  store(*client, 1, keys, 0);
+  ASSERT_TRUE(eventually([&] { return stat(*client, "tier_chunks_demoted") >= 2; }));
+
+  // Flip a payload byte of the second chunk in Redis (kvtierd's tier namespace is the fixed
+  // one of make_server_tiers), then start a kvtierd with an empty host pool.
+  const std::string redis_key =
+      redis_key_prefix(KeyNamespace{.model = "kvtierd", .layout_fingerprint = 0}) +
+      keys[1].hex();
+  const std::string offset = std::to_string(kChunkRecordHeaderBytes + 10);
+  ASSERT_TRUE((*redis)->command({"SETRANGE", redis_key, offset, "\x7f"}, 2s));
+  client.reset();
+  restart();
+  client = connect();
+
+  auto first = client->lookup(keys).get();
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_TRUE(first->pending);
+  // Redis keeps the corrupt value (EXISTS says yes), yet lookups settle: the failed key is a
+  // miss, not "pending" forever.
+  ASSERT_TRUE(lookup_settles_at(*client, keys, 1));
+  EXPECT_GE(stat(*client, "tier.redis.corrupt"), 1u);
   EXPECT_EQ(stat(*client, "tier_prefetch_failed"), 1u);
   TransferResult corrupt =
       client->retrieve(2, 0, {keys[1]}, consecutive_blocks(40, 1, region_.blocks_per_chunk()))
