@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "kvtier/tier/tier_factory.h"
+
 namespace kvtier::server {
 namespace {
 
@@ -19,9 +21,25 @@ std::unique_ptr<EvictionPolicy> policy_for(const Config& config, size_t num_slot
 
 }  // namespace
 
+Result<std::vector<MoverTier>> make_server_tiers(const Config& config) {
+  // One namespace for every client: a ChunkKey is rooted in (model, layout, group, salt) by the
+  // client that computed it (namespace_root), so keys of different models or layouts never
+  // collide, and the tiers need no namespace of their own. (Redis keys: "kvtier:kvtierd:0…:".)
+  const KeyNamespace shared{.model = "kvtierd", .layout_fingerprint = 0};
+  auto made = make_tiers(config.tiers, shared);
+  if (!made) return std::unexpected(made.error());
+  std::vector<MoverTier> tiers;
+  for (auto& tier : *made) {
+    const Duration timeout = tier_timeout(config.tiers, tier->name());
+    tiers.push_back(MoverTier{.tier = std::move(tier), .timeout = timeout});
+  }
+  return tiers;
+}
+
 CacheService::CacheService(const ServerOptions& options, HostDevice& host, Device& device,
                            FaultInjectingDevice* fault, HostPool& pool, uint64_t boot_id,
-                           const LoopCounters& loop, ReplyFn reply, std::function<void()> drained)
+                           const LoopCounters& loop, ReplyFn reply, std::function<void()> drained,
+                           std::vector<MoverTier> tiers)
     : options_(options),
       host_(host),
       device_(device),
@@ -32,7 +50,12 @@ CacheService::CacheService(const ServerOptions& options, HostDevice& host, Devic
       reply_(std::move(reply)),
       drained_(std::move(drained)),
       transfer_options_(transfer_options(options.config.transfer)),
-      cache_(pool.num_slots(), pool.slot_bytes(), policy_for(options.config, pool.num_slots())) {}
+      cache_(pool.num_slots(), pool.slot_bytes(), policy_for(options.config, pool.num_slots())) {
+  if (!tiers.empty()) {
+    mover_ = std::make_unique<TierMover>(cache_, pool_, std::move(tiers),
+                                         tier_mover_options(options.config.tiers));
+  }
+}
 
 CacheService::~CacheService() {
   {
@@ -144,9 +167,75 @@ void CacheService::poll_transfers() {
     }
     for (const TransferResult& r : results) finish(client, session, r);
   }
-  // No one mirrors kvtierd's contents through events (STATS reports counts): drop them rather
-  // than let them pile up for the life of the server.
-  (void)cache_.take_events();
+  poll_tiers();
+}
+
+std::vector<std::string> CacheService::degraded_tiers() const {
+  return mover_ ? mover_->degraded_tiers() : std::vector<std::string>{};
+}
+
+void CacheService::poll_tiers() {
+  const std::vector<CacheEvent> events = cache_.take_events();
+  // Without tiers no one mirrors kvtierd's contents through events (STATS reports counts):
+  // they are dropped rather than left to pile up for the life of the server.
+  if (!mover_) return;
+  mover_->on_cache_events(events);  // write-behind (on_store)
+  if (const size_t n = mover_->poll(); n > 0) counters_["tier_prefetches_completed"] += n;
+  // Keys that became ready (a prefetch that succeeded, or a STORE) may be fetched again later.
+  for (const CacheEvent& e : events) {
+    if (e.kind != CacheEventKind::kStored) continue;
+    for (const ChunkKey& key : e.keys) prefetch_tried_.erase(key);
+  }
+}
+
+bool CacheService::prefetch_from_tiers(std::span<const ChunkKey> keys, size_t host_hits) {
+  // Synchronous: waits at most each UP tier's timeout (a tier that slow goes DOWN, H7).
+  // A key whose prefetch was tried and never became ready failed it (missing, corrupt, tier
+  // down): a tier that still says it holds it (Redis keeps a corrupt value) would otherwise
+  // make every LOOKUP "pending" forever. It is a miss until the host pool stores it.
+  if (prefetch_tried_.contains(keys[host_hits])) return false;
+  const size_t lower = mover_->lower_hits(keys, host_hits);
+  if (lower == 0) return false;
+  // prepare_store evicts ready keys not among those it stores: make the host hits the most
+  // recently used first, so the prefetch does not evict the prefix this reply counts.
+  cache_.touch(keys.first(host_hits));
+  const std::span<const ChunkKey> fetch = keys.subspan(host_hits, lower);
+  const size_t started = mover_->prefetch(fetch);
+  if (started == 0) return false;
+  if (prefetch_tried_.size() + fetch.size() > pool_.num_slots() * 4) prefetch_tried_.clear();
+  prefetch_tried_.insert(fetch.begin(), fetch.end());
+  counters_["tier_prefetch_keys"] += started;
+  return true;
+}
+
+void CacheService::add_tier_stats(std::map<std::string, uint64_t>& f) const {
+  f["tiers"] = 0;
+  f["tiers_degraded"] = 0;
+  if (!mover_) return;
+  const TierMoverCounters c = mover_->counters();
+  f["tier_writes_enqueued"] = c.writes_enqueued;
+  f["tier_writes_dropped"] = c.writes_dropped;
+  f["tier_chunks_demoted"] = c.chunks_demoted;
+  f["tier_demote_failures"] = c.demote_failures;
+  f["tier_prefetch_rejected"] = c.prefetch_rejected;
+  f["tier_prefetch_succeeded"] = c.prefetch_succeeded;
+  f["tier_prefetch_failed"] = c.prefetch_failed;
+  // Per tier "tier.<name>.<what>"; tier_down_field(name) is 1 while the tier is DOWN (H7), so
+  // a client names the degraded tiers from the field names alone (reply fields are integers).
+  for (const TierMetrics& m : mover_->tier_metrics()) {
+    const std::string prefix = "tier." + m.name + ".";
+    const bool down = m.state == TierState::kDown;
+    ++f["tiers"];
+    f["tiers_degraded"] += down ? 1 : 0;
+    f[tier_down_field(m.name)] = down ? 1 : 0;
+    f[prefix + "hits"] = m.counters.hits;
+    f[prefix + "misses"] = m.counters.misses;
+    f[prefix + "corrupt"] = m.counters.corrupt;
+    f[prefix + "errors"] = m.counters.errors;
+    f[prefix + "chunks_written"] = m.counters.chunks_written;
+    f[prefix + "bytes_read"] = m.counters.bytes_read;
+    f[prefix + "bytes_written"] = m.counters.bytes_written;
+  }
 }
 
 void CacheService::finish(const std::string& client, Session& session, const TransferResult& r) {

@@ -11,6 +11,13 @@
 //   are retained for the life of the process (F7).
 // - A client that goes away has its read locks released; its session (and mapping) is dropped
 //   once its transfers are decided.
+// - Lower tiers (tiers.disk_path / tiers.redis_url set): a TierMover, owned by the service
+//   thread like the CacheManager, demotes chunks (write-behind, fed the cache's events each
+//   loop, or the chunks a STORE evicts under write_policy on_evict) and, when a LOOKUP's host
+//   prefix stops short and a tier holds the next keys, prefetches them: they are pending
+//   (the reply says "pending", never counts them as hits) until the mover's poll publishes the
+//   verified ones (F3: a corrupt or missing chunk is freed unpublished). STATS names the DOWN
+//   tiers (H7); no request fails because a tier failed. Without tiers nothing of this runs.
 #pragma once
 
 #include <atomic>
@@ -22,10 +29,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "kvtier/cache/cache_manager.h"
 #include "kvtier/cache/host_pool.h"
+#include "kvtier/cache/tier_mover.h"
 #include "kvtier/device/fault_injecting_device.h"
 #include "kvtier/device/host_device.h"
 #include "kvtier/server/protocol.h"
@@ -45,6 +54,11 @@ struct LoopCounters {
   std::atomic<uint64_t> clients_reaped{0};
 };
 
+// The tiers config.tiers asks for (none when neither disk_path nor redis_url is set), each with
+// its call timeout. Errors name the field (tier_factory.h). Every kvtierd shares one key
+// namespace in the tiers: clients root their ChunkKeys in (model, layout, group, salt) already.
+Result<std::vector<MoverTier>> make_server_tiers(const Config& config);
+
 struct Envelope {
   std::string client;  // ZeroMQ routing id
   Request request;
@@ -56,9 +70,11 @@ class CacheService {
 
   // `fault` is the device's fault injector when test hooks are on, else null. `reply` and
   // `drained` are called on the service thread.
+  // `tiers` (from make_server_tiers) may be empty: then there is no TierMover.
   CacheService(const ServerOptions& options, HostDevice& host, Device& device,
                FaultInjectingDevice* fault, HostPool& pool, uint64_t boot_id,
-               const LoopCounters& loop, ReplyFn reply, std::function<void()> drained);
+               const LoopCounters& loop, ReplyFn reply, std::function<void()> drained,
+               std::vector<MoverTier> tiers = {});
   ~CacheService();  // stops and joins the thread
 
   void start();
@@ -66,6 +82,8 @@ class CacheService {
   void client_gone(std::string client);
   // Graceful shutdown: refuse new work, decide transfers in flight, then call `drained`.
   void begin_shutdown();
+  // The lower tiers that are DOWN (H7), for PING replies. Thread-safe.
+  std::vector<std::string> degraded_tiers() const;
 
  private:
   struct PendingTransfer {
@@ -100,6 +118,11 @@ class CacheService {
   void submit(const std::string& client, Session& session, const Request& request,
               Direction direction, std::vector<ChunkTransfer> chunks, PendingTransfer pending);
   void poll_transfers();
+  void poll_tiers();
+  // LOOKUP read-through: starts prefetching the keys after the host prefix that lower tiers
+  // hold; returns whether any key is now pending.
+  bool prefetch_from_tiers(std::span<const ChunkKey> keys, size_t host_hits);
+  void add_tier_stats(std::map<std::string, uint64_t>& fields) const;
   void finish(const std::string& client, Session& session, const TransferResult& result);
   void fail_session(const std::string& client, Session& session, const std::string& why);
   void release_locks(std::vector<ReadLock> locks);
@@ -121,6 +144,10 @@ class CacheService {
   TransferOptions transfer_options_;
 
   CacheManager cache_;
+  std::unique_ptr<TierMover> mover_;  // null without tiers; destroyed before cache_
+  // Keys a LOOKUP prefetched that have not become ready since (in flight, or failed); bounded
+  // (cleared past 4x the slots). A failed one is not fetched again until it is stored.
+  std::unordered_set<ChunkKey, ChunkKeyHash> prefetch_tried_;
   ReadLocks locks_;
   std::map<std::string, Session> sessions_;
   std::vector<std::unique_ptr<SharedKvMapping>> retained_memory_;  // F7

@@ -31,6 +31,10 @@ void ClientImpl::heartbeat(TimePoint now) {
   ping.on_end = [this](End end, const Reply* reply, std::string why) {
     ping_outstanding_ = false;
     if (end == End::kReply && reply->ok) {
+      {
+        std::lock_guard lock(health_mu_);
+        health_.degraded_tiers = degraded_tiers_of(*reply);
+      }
       on_pong(reply->field("boot_id"));
     } else if (end == End::kDeadline) {
       // Slow or hung, but still connected: new loads and stores are skipped, while requests

@@ -266,6 +266,21 @@ uint64_t Reply::field(std::string_view name, uint64_t fallback) const {
   return it == fields.end() ? fallback : it->second;
 }
 
+std::string tier_down_field(std::string_view tier_name) {
+  return "tier." + std::string(tier_name) + ".down";
+}
+
+std::vector<std::string> degraded_tiers_of(const Reply& reply) {
+  constexpr std::string_view kPrefix = "tier.", kSuffix = ".down";
+  std::vector<std::string> names;
+  for (const auto& [name, value] : reply.fields) {
+    if (value == 0 || name.size() <= kPrefix.size() + kSuffix.size()) continue;
+    if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) continue;
+    names.push_back(name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size()));
+  }
+  return names;
+}
+
 Reply Reply::error(uint64_t id, std::string_view code, std::string_view message) {
   Reply r;
   r.id = id;

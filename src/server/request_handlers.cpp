@@ -133,7 +133,7 @@ void CacheService::handle_unregister(const std::string& client, const Request& r
 
 void CacheService::handle_lookup(const std::string& client, const Request& r) {
   if (!session_of(client, r.id)) return;
-  const LookupResult found = cache_.lookup(r.keys);
+  LookupResult found = cache_.lookup(r.keys);
   uint64_t lock_id = 0;
   if (r.lock_ms > 0 && found.hit_chunks > 0) {
     const size_t limit = options_.config.server.max_locks;
@@ -149,6 +149,11 @@ void CacheService::handle_lookup(const std::string& client, const Request& r) {
                                   seconds_to_duration(options_.config.server.lock_ttl_s));
     lock_id = locks_.add(ReadLock{
         .client = client, .keys = std::move(keys), .expires = SteadyClock::instance().now() + ttl});
+  }
+  // Read-through, after the hits are locked (a prefetch's slots are never taken from them):
+  // keys a lower tier holds become pending, never hits, until poll_tiers() publishes them.
+  if (mover_ && !found.pending && found.hit_chunks < r.keys.size()) {
+    found.pending = prefetch_from_tiers(r.keys, found.hit_chunks);
   }
   ok(client, r.id,
      {{"hits", found.hit_chunks}, {"pending", found.pending ? 1u : 0u}, {"lock", lock_id}});
@@ -205,6 +210,9 @@ void CacheService::handle_transfer(const std::string& client, const Request& r) 
           ChunkTransfer{.group = r.group, .blocks = r.blocks[i], .slot = plan->slots[p]});
       ++p;
     }
+    // Write-behind under on_evict: the evicted chunks are copied out before this store's
+    // copies rewrite their slots (a no-op without tiers or under on_store).
+    if (mover_) mover_->demote_evicted(*plan);
     pending.direction = Direction::kStore;
     pending.keys = plan->keys;
     pending.already_present = r.keys.size() - plan->keys.size();
@@ -289,6 +297,7 @@ void CacheService::handle_stats(const std::string& client, const Request& r) {
   f["clients_reaped"] = loop_.clients_reaped.load();
   f["injected_hangs"] = fault_ ? fault_->counts().hangs : 0;
   f["cache_audit_ok"] = cache_.audit().has_value() ? 1 : 0;
+  add_tier_stats(f);
   ok(client, r.id, std::move(f));
 }
 

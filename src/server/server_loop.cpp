@@ -63,6 +63,8 @@ Status Server::run() {
   }
   auto pool = HostPool::create(device, slot_bytes, num_slots, config.cache.shm_name);
   if (!pool) return std::unexpected(pool.error());
+  auto tiers = make_server_tiers(config);  // a bad disk_path / redis_url ends startup here
+  if (!tiers) return std::unexpected(tiers.error());
 
   zmq::context_t context;
   zmq::socket_t router(context, zmq::socket_type::router);
@@ -102,7 +104,8 @@ Status Server::run() {
         zmq::socket_t& s = push_socket();
         s.send(zmq::str_buffer(""), zmq::send_flags::sndmore);  // empty routing id: drained
         s.send(zmq::str_buffer(""), zmq::send_flags::none);
-      });
+      },
+      std::move(*tiers));
   service->start();
 
   const DecodeLimits limits{.max_frame_bytes = config.server.max_frame_bytes};
@@ -144,6 +147,8 @@ Status Server::run() {
       Reply pong;
       pong.id = id;
       pong.fields = {{"boot_id", boot_id_}};
+      for (const std::string& tier : service->degraded_tiers())
+        pong.fields[tier_down_field(tier)] = 1;
       answer(client, pong);
       return;
     }

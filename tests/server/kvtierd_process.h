@@ -59,7 +59,9 @@ class KvtierdProcess {
       _exit(127);
     }
   }
+  // A no-op when the process is gone already (kill(-1) would signal every process we own).
   void kill_now() {
+    if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
     pid_ = -1;

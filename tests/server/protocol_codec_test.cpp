@@ -80,6 +80,19 @@ TEST(ProtocolCodec, ReplyRoundTripBoundsTheMessage) {
   EXPECT_EQ(out->message.size(), kMaxErrorMessage);
 }
 
+TEST(ProtocolCodec, DegradedTiersAreTheDownFieldsSetToOne) {
+  Reply in;
+  in.fields = {{"boot_id", 1},
+               {tier_down_field("redis"), 1},
+               {tier_down_field("disk"), 0},
+               {"tier.disk.hits", 5},
+               {"tier..down", 1}};  // no name: ignored
+  auto out = decode_reply(as_bytes(encode_reply(in)));
+  ASSERT_TRUE(out);
+  EXPECT_EQ(degraded_tiers_of(*out), std::vector<std::string>{"redis"});
+  EXPECT_TRUE(degraded_tiers_of(Reply{}).empty());
+}
+
 TEST(ProtocolCodec, F11_EveryTruncationIsMalformedNotACrash) {
   const std::string frame = encode_request(store_request());
   for (size_t n = 0; n < frame.size(); ++n) {

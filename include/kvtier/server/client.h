@@ -43,6 +43,9 @@ struct ClientHealth {
   std::string reason;           // why not OK; empty when OK
   bool fail_stopped = false;    // a transfer was Unprovable (F7): the engine must fail stop
   uint64_t server_boot_id = 0;  // of the server registered with; 0 before the first
+  // Lower tiers of the server that are DOWN (H7), as of the last PING reply. The server still
+  // answers (state stays OK); the engine's health names them as degraded.
+  std::vector<std::string> degraded_tiers;
 };
 
 struct ClientOptions {

@@ -107,6 +107,12 @@ struct Reply {
   static Reply error(uint64_t id, std::string_view code, std::string_view message);
 };
 
+// H7, lower tiers: STATS and PING replies carry "tier.<name>.down" (1 while the tier is DOWN;
+// STATS also sends 0 for an UP tier). Optional fields: a reply without them names no tier.
+std::string tier_down_field(std::string_view tier_name);
+// The names of the tiers a reply says are DOWN, in field order.
+std::vector<std::string> degraded_tiers_of(const Reply& reply);
+
 struct DecodeLimits {
   size_t max_frame_bytes = size_t{1} << 20;
 };

@@ -74,8 +74,14 @@ Result<std::vector<SlotId>> ServerCacheIndex::prepare_load(std::span<const Chunk
 
 std::optional<std::string> ServerCacheIndex::degraded() const {
   const server::ClientHealth h = client_.health();
-  if (h.state == server::ClientState::kOk) return std::nullopt;
-  return "cache server " + endpoint_ + ": " + (h.reason.empty() ? std::string(to_string(h.state)) : h.reason);
+  if (h.state == server::ClientState::kOk) {
+    if (h.degraded_tiers.empty()) return std::nullopt;
+    std::string names;  // H7: the server answers, a tier below it is DOWN
+    for (const std::string& t : h.degraded_tiers) names += (names.empty() ? "" : ", ") + t;
+    return "cache server " + endpoint_ + ": tiers down: " + names;
+  }
+  return "cache server " + endpoint_ + ": " +
+         (h.reason.empty() ? std::string(to_string(h.state)) : h.reason);
 }
 
 }  // namespace kvtier
