@@ -257,7 +257,10 @@ class ServeProcess {
   const std::string& host() const { return host_; }
   int port() const { return port_; }
   const std::string& model() const { return model_; }
-  void signal(int signo) const { ::kill(pid_, signo); }
+  // Never signals pid <= 0 (a moved-from process): kill(-1, …) reaches every process of the user.
+  void signal(int signo) const {
+    if (pid_ > 0) ::kill(pid_, signo);
+  }
 
   HttpReply get(const std::string& path, std::chrono::milliseconds timeout = 5000ms) const {
     return http_get(host_, port_, path, timeout);

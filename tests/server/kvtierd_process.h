@@ -67,8 +67,13 @@ class KvtierdProcess {
     pid_ = -1;
   }
   // SIGSTOP / SIGCONT: a server that is alive and connected but answers nothing.
-  void pause() { ::kill(pid_, SIGSTOP); }
-  void resume() { ::kill(pid_, SIGCONT); }
+  // Never signal pid <= 0: kill(-1, …) reaches every process of the user.
+  void pause() {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
+  void resume() {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+  }
   // Waits (bounded) for the process to exit; its exit status, or nullopt on timeout.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
     const auto end = std::chrono::steady_clock::now() + timeout;
