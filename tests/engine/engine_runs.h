@@ -41,20 +41,13 @@ struct RunResult {
   nlohmann::json counters;
 };
 
-// A, then B and C (which evict A from the device), then A's prompt with a new suffix.
-inline RunResult shared_prefix_run(const Config& config) {
+// Runs `prompts` one after another (8 tokens each) on a fresh engine core.
+inline RunResult run_prompts(const Config& config, const std::vector<std::vector<TokenId>>& prompts) {
   CoreProcessHarness h(config);
   RunResult run;
   if (!h.wait_ready()) {
     ADD_FAILURE() << h.failed().value_or("no hello");
     return run;
-  }
-  // A, B and C, then each again with a new suffix: three returning prefixes to load.
-  std::vector<std::vector<TokenId>> prompts = {text(400, 1), text(400, 2), text(400, 3)};
-  for (size_t i = 0; i < 3; ++i) {
-    auto again = prompts[i];
-    for (TokenId t : text(30, static_cast<char>(9 + i))) again.push_back(t);
-    prompts.push_back(std::move(again));
   }
   for (const auto& prompt : prompts) {
     const Completion c = h.complete(prompt, 8);
@@ -64,6 +57,17 @@ inline RunResult shared_prefix_run(const Config& config) {
   }
   run.counters = h.fresh_counters();
   return run;
+}
+
+// A, B and C, then each again with a new suffix: three returning prefixes to load.
+inline RunResult shared_prefix_run(const Config& config) {
+  std::vector<std::vector<TokenId>> prompts = {text(400, 1), text(400, 2), text(400, 3)};
+  for (size_t i = 0; i < 3; ++i) {
+    auto again = prompts[i];
+    for (TokenId t : text(30, static_cast<char>(9 + i))) again.push_back(t);
+    prompts.push_back(std::move(again));
+  }
+  return run_prompts(config, prompts);
 }
 
 }  // namespace kvtier::testing

@@ -32,23 +32,6 @@ TEST(EngineCoreServerMode, SharedPrefixEvictedFromTheDeviceIsServedByKvtierdWith
 }
 
 // Outputs and cached tokens of `prompts`, one after the other.
-RunResult run_prompts(const Config& config, const std::vector<std::vector<TokenId>>& prompts) {
-  CoreProcessHarness h(config);
-  RunResult run;
-  if (!h.wait_ready()) {
-    ADD_FAILURE() << h.failed().value_or("no hello");
-    return run;
-  }
-  for (const auto& prompt : prompts) {
-    const Completion c = h.complete(prompt, 8);
-    EXPECT_EQ(c.error, "");
-    run.outputs.push_back(c.tokens);
-    run.cached.push_back(c.cached_tokens);
-  }
-  run.counters = h.fresh_counters();
-  return run;
-}
-
 TEST(EngineCoreServerMode, LoadStartingInsideAChunkGoesThroughScratchWithTheSameOutput) {
   // A is stored, B and C evict it from the device, X brings back A's first 5 blocks (80
   // tokens: a chunk and a quarter) into the device prefix cache; then A's prompt again: the
