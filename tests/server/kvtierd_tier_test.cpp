@@ -84,6 +84,16 @@ class KvtierdTierTest : public ::testing::Test {
     }
     return ::testing::AssertionSuccess();
   }
+  // F3 after keys[1] was corrupted below the host pool: its RETRIEVE fails, keys[0] comes back
+  // exact, and no slot leaked (F12).
+  void expect_only_the_intact_chunk_served(CacheClient& client, const std::vector<ChunkKey>& keys) {
+    TransferResult corrupt =
+        client.retrieve(2, 0, {keys[1]}, consecutive_blocks(40, 1, region_.blocks_per_chunk())).get();
+    EXPECT_EQ(corrupt.outcome, Outcome::kFailed);
+    EXPECT_TRUE(retrieves_exactly(client, 3, {keys[0]}, 0, 44));
+    expect_cache_sound(client);
+  }
+
   // Every kvtierd fault test ends here: no slot leaked or left pending (F12).
   static void expect_cache_sound(CacheClient& client) {
     EXPECT_EQ(stat(client, "cache_audit_ok"), 1u);
@@ -165,12 +175,7 @@ TEST_F(KvtierdTierTest, F3_CorruptDiskChunkIsNeverServed) {
   ASSERT_TRUE(lookup_settles_at(*client, keys, 1));
   EXPECT_EQ(stat(*client, "tier.disk.corrupt"), 1u);
   EXPECT_EQ(stat(*client, "tier_prefetch_failed"), 1u);
-  TransferResult corrupt =
-      client->retrieve(2, 0, {keys[1]}, consecutive_blocks(40, 1, region_.blocks_per_chunk()))
-          .get();
-  EXPECT_EQ(corrupt.outcome, Outcome::kFailed);
-  EXPECT_TRUE(retrieves_exactly(*client, 3, {keys[0]}, 0, 44));
-  expect_cache_sound(*client);
+  expect_only_the_intact_chunk_served(*client, keys);
 }
 
 TEST_F(KvtierdTierTest, F3_CorruptRedisChunkIsNeverServedAndLookupsSettle) {
@@ -202,12 +207,7 @@ TEST_F(KvtierdTierTest, F3_CorruptRedisChunkIsNeverServedAndLookupsSettle) {
   ASSERT_TRUE(lookup_settles_at(*client, keys, 1));
   EXPECT_GE(stat(*client, "tier.redis.corrupt"), 1u);
   EXPECT_EQ(stat(*client, "tier_prefetch_failed"), 1u);
-  TransferResult corrupt =
-      client->retrieve(2, 0, {keys[1]}, consecutive_blocks(40, 1, region_.blocks_per_chunk()))
-          .get();
-  EXPECT_EQ(corrupt.outcome, Outcome::kFailed);
-  EXPECT_TRUE(retrieves_exactly(*client, 3, {keys[0]}, 0, 44));
-  expect_cache_sound(*client);
+  expect_only_the_intact_chunk_served(*client, keys);
 }
 
 TEST_F(KvtierdTierTest, H7_DeadRedisIsNamedDegradedAndRequestsAreStillAnswered) {

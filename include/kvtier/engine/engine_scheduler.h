@@ -102,7 +102,7 @@ class EngineScheduler {
   void preempt(Request& r);
   void release_blocks(Request& r);
   void schedule(Request& r, size_t& budget, std::vector<Request*>& scheduled, StepInput& input);
-  void finish(Request& r, std::vector<RequestUpdate>& updates);
+  void finish(Request& r);
   void cache_computed_blocks(Request& r);
 
   const Config config_;

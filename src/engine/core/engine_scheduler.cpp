@@ -71,8 +71,7 @@ void EngineScheduler::abort(const std::string& id) {
   Request& r = *it->second;
   // A request with transfers in flight keeps its blocks until they end (finish_step).
   if (r.state == State::kLoading || r.state == State::kFinishing) return;
-  std::vector<RequestUpdate> ignored;
-  finish(r, ignored);
+  finish(r);
 }
 
 bool EngineScheduler::has_work() const {
@@ -251,8 +250,7 @@ void EngineScheduler::cache_computed_blocks(Request& r) {
   }
 }
 
-void EngineScheduler::finish(Request& r, std::vector<RequestUpdate>& updates) {
-  (void)updates;
+void EngineScheduler::finish(Request& r) {
   if (auto it = std::ranges::find(running_, &r); it != running_.end()) running_.erase(it);
   if (auto it = std::ranges::find(waiting_, &r); it != waiting_.end()) waiting_.erase(it);
   if (connector_ && connector_->request_finished(r.id)) {
@@ -290,7 +288,7 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
     }
     updates.push_back(std::move(u));
   }
-  for (Request* r : done) finish(*r, updates);
+  for (Request* r : done) finish(*r);
   last_scheduled_.clear();
   if (!connector_) return updates;
 
