@@ -68,6 +68,7 @@ Scenario make_scenario(uint64_t seed) {
       barely + static_cast<uint32_t>(pick(0, 3) == 0 ? pick(0, 200) : pick(0, barely));
   s.config.engine.max_batched_tokens = static_cast<uint32_t>(pick(0, 1) ? pick(8, 64) : 2048);
   s.config.engine.max_running_requests = static_cast<uint32_t>(pick(1, 8));
+  s.config.layout.device_layout = pick(0, 1) ? DeviceLayout::kPerLayer : DeviceLayout::kCrossLayer;
   s.config.connector.enabled = pick(0, 2) != 0;
   s.config.connector.store_decode = pick(0, 1) == 1;
   double fault_rate = 0;
@@ -77,14 +78,16 @@ Scenario make_scenario(uint64_t seed) {
         seed, RandomFaultRates{
                   .submit_failure = fault_rate, .latched_error = fault_rate, .delay = fault_rate});
   }
-  s.describe = "seed " + std::to_string(seed) + ": " + std::to_string(s.requests.size()) +
-               " requests, longest " + std::to_string(longest) + " tokens, device_blocks " +
-               std::to_string(s.config.engine.device_blocks) + " (one request needs " +
-               std::to_string(barely) + "), max_batched_tokens " +
-               std::to_string(s.config.engine.max_batched_tokens) + ", max_running " +
-               std::to_string(s.config.engine.max_running_requests) + ", window " +
-               std::to_string(window) + ", kvtier " + (s.config.connector.enabled ? "on" : "off") +
-               ", fault rate " + std::to_string(fault_rate);
+  s.describe =
+      "seed " + std::to_string(seed) + ": " + std::to_string(s.requests.size()) +
+      " requests, longest " + std::to_string(longest) + " tokens, device_blocks " +
+      std::to_string(s.config.engine.device_blocks) + " (one request needs " +
+      std::to_string(barely) + "), max_batched_tokens " +
+      std::to_string(s.config.engine.max_batched_tokens) + ", max_running " +
+      std::to_string(s.config.engine.max_running_requests) + ", window " + std::to_string(window) +
+      (s.config.layout.device_layout == DeviceLayout::kPerLayer ? ", per-layer" : ", cross-layer") +
+      ", kvtier " + (s.config.connector.enabled ? "on" : "off") + ", fault rate " +
+      std::to_string(fault_rate);
   return s;
 }
 
