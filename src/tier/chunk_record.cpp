@@ -1,8 +1,8 @@
 #include "kvtier/tier/chunk_record.h"
 
-#include <xxhash.h>
-
 #include <cstring>
+
+#include "checksum/xxh3_kernels.h"
 
 namespace kvtier {
 namespace {
@@ -22,8 +22,13 @@ uint64_t load_u64(const std::byte* at) {
 
 uint64_t chunk_checksum(const ChunkKey& key, std::span<const std::byte> payload) {
   const uint64_t binding[3] = {key.lo, key.hi, payload.size()};
-  const uint64_t seed = XXH3_64bits(binding, sizeof binding);
-  return XXH3_64bits_withSeed(payload.data(), payload.size(), seed);
+  // Seed 0 is xxh3's unseeded variant (XXH3_64bits), as the spec defines.
+  const uint64_t seed = tier_internal::xxh3_64_seeded(binding, sizeof binding, 0);
+  return tier_internal::xxh3_64_seeded(payload.data(), payload.size(), seed);
+}
+
+std::string_view chunk_checksum_kernel() {
+  return tier_internal::xxh3_kernel_name();
 }
 
 void encode_chunk_header(const ChunkKey& key, std::span<const std::byte> payload,

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "kvtier/core/chunk_key.h"
@@ -31,7 +32,13 @@ struct ChunkRecordHeader {
   uint64_t checksum = 0;
 };
 
+// xxh3-64 of the payload, seeded with xxh3-64 of (key.lo, key.hi, payload size). Computed by the
+// widest xxh3 build the CPU runs (AVX-512, AVX2 or baseline; the same value from each), so that
+// verifying a chunk runs well above a disk's bandwidth.
 uint64_t chunk_checksum(const ChunkKey& key, std::span<const std::byte> payload);
+
+// Which xxh3 build chunk_checksum uses on this CPU: "avx512", "avx2" or "baseline".
+std::string_view chunk_checksum_kernel();
 
 // Writes the header of a record for (key, payload) into `out` (kChunkRecordHeaderBytes).
 void encode_chunk_header(const ChunkKey& key, std::span<const std::byte> payload,
