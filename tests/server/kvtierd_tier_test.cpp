@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "kvtier/tier/chunk_record.h"
+#include "kvtier/tier/disk_tier.h"
 #include "kvtier/tier/redis_tier.h"
 #include "kvtierd_process.h"
 #include "redis_process.h"
@@ -149,18 +150,17 @@ TEST_F(KvtierdTierTest, F3_CorruptDiskChunkIsNeverServed) {
   client.reset();
   server_->kill_now();
 
-  // Flip the last payload byte of the second chunk's file.
-  std::filesystem::path victim;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(disk_.path())) {
-    if (entry.path().filename().string().starts_with(keys[1].hex())) victim = entry.path();
-  }
-  ASSERT_FALSE(victim.empty()) << "no file for " << keys[1].hex();
+  // Flip a payload byte of the second chunk's record in its segment file.
+  const std::optional<DiskTier::RecordLocation> victim =
+      DiskTier::find_record(disk_.path(), keys[1]);
+  ASSERT_TRUE(victim) << "no record of " << keys[1].hex();
   {
-    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-1, std::ios::end);
+    std::fstream f(victim->segment, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(victim->offset + 4096 + 10);
+    f.seekg(at);
     char c = 0;
     f.get(c);
-    f.seekp(-1, std::ios::end);
+    f.seekp(at);
     f.put(static_cast<char>(c ^ 0x5a));
   }
 
@@ -171,7 +171,7 @@ TEST_F(KvtierdTierTest, F3_CorruptDiskChunkIsNeverServed) {
   EXPECT_EQ(first->hits, 0u);
   EXPECT_TRUE(first->pending);
   // The intact chunk is published; the corrupt one is freed unpublished and not asked for
-  // again (the disk tier deleted its file).
+  // again (the disk tier forgot its record).
   ASSERT_TRUE(lookup_settles_at(*client, keys, 1));
   EXPECT_EQ(stat(*client, "tier.disk.corrupt"), 1u);
   EXPECT_EQ(stat(*client, "tier_prefetch_failed"), 1u);
@@ -191,8 +191,7 @@ TEST_F(KvtierdTierTest, F3_CorruptRedisChunkIsNeverServedAndLookupsSettle) {
   // Flip a payload byte of the second chunk in Redis (kvtierd's tier namespace is the fixed
   // one of make_server_tiers), then start a kvtierd with an empty host pool.
   const std::string redis_key =
-      redis_key_prefix(KeyNamespace{.model = "kvtierd", .layout_fingerprint = 0}) +
-      keys[1].hex();
+      redis_key_prefix(KeyNamespace{.model = "kvtierd", .layout_fingerprint = 0}) + keys[1].hex();
   const std::string offset = std::to_string(kChunkRecordHeaderBytes + 10);
   ASSERT_TRUE((*redis)->command({"SETRANGE", redis_key, offset, "\x7f"}, 2s));
   client.reset();

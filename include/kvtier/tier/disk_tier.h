@@ -1,20 +1,41 @@
-// DiskTier (L2): chunks as files in a local directory, bounded in size, LRU eviction.
+// DiskTier (L2): chunks appended to large segment files on a local disk, read and written with
+// O_DIRECT through io_uring, bounded in size, found again after a restart.
 //
-// Layout: <directory>/<first 2 hex digits>/<32 hex digits of the key>.kvc, each file one chunk
-// record (chunk_record.h). A write goes to a uniquely named ".tmp" file in the same folder and
-// is renamed over the final name, so a reader or a restart sees the old record, the new record
-// or nothing, never a torn one. Files are not fsynced: after a power loss a renamed file may be
-// short or zeroed, and the record check turns it into kCorrupt (a miss) and deletes it.
+// Layout: <directory>/seg-<16 hex digits>.kvs, each a preallocated file of segment_bytes
+// (256 MiB by default) holding records appended one after another (segment_record.h in
+// src/tier/disk: a 4 KiB header block with the key, a sequence number, the chunk record header
+// (chunk_record.h) and a header checksum, then the payload padded to 4 KiB). <directory>/LOCK is
+// flock()ed by the one DiskTier that owns the directory.
 //
-// Index: key -> file size, in LRU order (a put or a hit makes a key most recent). open()
-// rebuilds it from the directory, oldest modification time first, deleting leftover ".tmp"
-// files, so a restarted engine finds what it stored. When a put makes the total exceed
-// capacity_bytes, least recently used files are deleted until it fits.
+// Index: key -> (segment, offset, size) in memory, in LRU order (a put or a hit makes a key most
+// recent). open() rebuilds it by scanning every segment's headers: a header whose checksum
+// fails (torn, overwritten, zeros) is skipped and the scan resumes at the next block; for a key
+// found several times the highest sequence number wins. Payloads are verified on every read, so
+// a record whose payload was torn is found by the scan but never served: the read is kCorrupt.
 //
-// IO: pread/pwrite on `io_threads` threads; a batch's keys run in parallel. (io_uring was left
-// out: each chunk is an open + write + rename or an open + read of its own file, which io_uring
-// only covers on newer kernels, and the thread pool gives the same parallelism.) A timeout
-// cancels keys whose IO has not started; see io_pool.h.
+// Space: the segment files never hold more than capacity_bytes (segment_bytes is lowered to a
+// quarter of the capacity for small capacities). When a new segment is needed and would not
+// fit, least recently used chunks are evicted until some segment holds no live chunk, and that
+// file is deleted. After each new segment, the sealed segment with the smallest live fraction
+// below compact_below is compacted: its live records are read, verified and appended to the
+// new segment, and the file is deleted.
+//
+// IO: each call takes one of `io_threads` io_uring rings and keeps up to queue_depth requests in
+// flight; a read's checksum is verified while the next reads are in flight. Caller buffers the
+// device can DMA to (aligned as statx's STATX_DIOALIGN says: 4 bytes on NVMe, 512 on virtio-blk,
+// 4 KiB when unknown) are read into / written from directly; others go through aligned bounce
+// buffers. Where io_uring is unavailable (seccomp, io_uring_disabled, an old
+// kernel) the tier says so on stderr and in io_description(), and uses `io_threads` threads with
+// preadv/pwritev instead. Where O_DIRECT is unsupported (some file systems) it uses the page
+// cache, also said there.
+//
+// Timeouts: when a call's timeout passes, keys whose IO has not started are not started and the
+// call returns kDeadlineExceeded; IO already submitted is waited for (it uses the caller's
+// buffers), so a call overruns its timeout by about one IO's time.
+//
+// Failures (H7): a segment that cannot be created (disk full) or a segment file deleted behind
+// the tier's back fails the call whole with kUnavailable; ping() forgets deleted segments,
+// recreates the directory if needed and succeeds once a new segment can be allocated.
 //
 // Thread-safety: every call may come from any thread.
 #pragma once
@@ -22,8 +43,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <unordered_map>
 
 #include "kvtier/tier/tier.h"
@@ -31,29 +55,64 @@
 namespace kvtier {
 
 namespace tier_internal {
-class IoPool;
-}
+class IoEngine;
+struct IoSlot;
+struct IoRequest;
+}  // namespace tier_internal
+
+enum class DiskIo {
+  kAuto,     // io_uring, or threads where io_uring is unavailable
+  kIoUring,  // io_uring or fail to open
+  kThreads,  // preadv/pwritev on io_threads threads
+};
 
 struct DiskTierOptions {
   std::filesystem::path directory;               // created if absent
-  uint64_t capacity_bytes = uint64_t{10} << 30;  // file bytes (records) kept at most
-  uint32_t io_threads = 4;
+  uint64_t capacity_bytes = uint64_t{10} << 30;  // segment file bytes kept at most
+  uint32_t io_threads = 4;                       // io_uring rings (calls at once), or threads
+  uint64_t segment_bytes = uint64_t{256} << 20;  // at most capacity / 4; a multiple of 4 KiB
+  uint32_t queue_depth = 16;                     // IO requests in flight per call, at most
+  double compact_below = 0.5;                    // live fraction that makes a segment compacted
+  DiskIo io = DiskIo::kAuto;
+  bool direct_io = true;  // O_DIRECT where the file system supports it
 };
 
 class DiskTier final : public Tier {
  public:
-  // Creates the directory if needed and rebuilds the index from it. kInvalidArgument for an
-  // empty path, zero capacity or zero threads; kUnavailable when the directory cannot be made
-  // or read.
+  // Creates the directory if needed, takes its lock and rebuilds the index from it.
+  // kInvalidArgument for an empty path, zero threads or queue depth, a capacity below four
+  // segments of 8 KiB, or compact_below outside [0, 1); kUnavailable when the directory cannot
+  // be made or read, another DiskTier holds it, or io = kIoUring and io_uring is unavailable.
   static Result<std::unique_ptr<DiskTier>> open(const DiskTierOptions& options);
   ~DiskTier() override;
 
   std::string name() const override { return "disk"; }
 
-  uint64_t bytes_used() const;  // record bytes the index holds
+  uint64_t bytes_used() const;  // bytes of the live records the index holds
+  uint64_t disk_bytes() const;  // bytes of the segment files
   size_t chunk_count() const;
-  uint64_t evictions() const;                                // files deleted to make room
-  std::filesystem::path path_of(const ChunkKey& key) const;  // where key's record lives
+  size_t segment_count() const;
+  uint64_t evictions() const;    // chunks evicted to make room
+  uint64_t compactions() const;  // segments compacted and deleted
+  uint64_t segment_bytes() const { return segment_bytes_; }
+  // Requests in flight per call for chunks of this size (queue_depth, lowered so that at most
+  // 16 MiB are in flight).
+  size_t queue_depth_for(uint64_t chunk_bytes) const;
+  bool uses_io_uring() const;
+  bool direct_io() const { return direct_io_; }
+  // "io_uring, O_DIRECT, ..." or the fallback and why.
+  std::string io_description() const { return io_description_; }
+
+  // Where a key's record lies on disk (for tests and tools).
+  struct RecordLocation {
+    std::filesystem::path segment;
+    uint64_t offset = 0;  // of the header block; the payload starts 4 KiB later
+    uint64_t bytes = 0;   // of the whole record
+  };
+  std::optional<RecordLocation> location_of(const ChunkKey& key) const;
+  // The same, found by scanning a directory no DiskTier has open.
+  static std::optional<RecordLocation> find_record(const std::filesystem::path& directory,
+                                                   const ChunkKey& key);
 
  protected:
   Result<std::vector<ChunkStatus>> do_put(std::span<const ChunkKey> keys,
@@ -66,26 +125,81 @@ class DiskTier final : public Tier {
   Status do_ping(Duration timeout) override;
 
  private:
-  explicit DiskTier(const DiskTierOptions& options);
-  Status rebuild_index();
-  ChunkStatus write_one(const ChunkKey& key, std::span<const std::byte> payload);
-  ChunkStatus read_one(const ChunkKey& key, std::span<std::byte> dst);
-  // Called with mutex_ held: records key as most recent and evicts until the total fits.
-  void insert_locked(const ChunkKey& key, uint64_t bytes);
-  void erase_locked(const ChunkKey& key);
-
+  struct Segment;
+  using SegmentPtr = std::shared_ptr<Segment>;
   struct Entry {
-    uint64_t bytes;
+    SegmentPtr segment;
+    uint64_t offset = 0;
+    uint64_t payload_bytes = 0;
     std::list<ChunkKey>::iterator lru;
   };
+  // What write_records writes: a payload, and whether its memory is 4 KiB-aligned and readable
+  // up to the next 4 KiB boundary (then it is written without a bounce copy).
+  struct Source {
+    std::span<const std::byte> payload;
+    bool padded = false;
+  };
+  struct Move {
+    SegmentPtr from;
+    uint64_t offset;
+  };
+  struct WriteResult {
+    std::vector<ChunkStatus> statuses;
+    size_t started = 0;
+    std::optional<Error> error;  // the call failed whole
+  };
+
+  explicit DiskTier(const DiskTierOptions& options);
+  Status take_lock();
+  Status rebuild_index();
+  void remove_legacy_files();
+  int segment_open_flags() const;
+  // Whether the device can transfer straight to or from caller memory at this address.
+  bool direct_ok(const void* memory) const;
+
+  // Writes records; moves (compaction) replace a key's entry only while it still points at
+  // moves[i], and keep its LRU place.
+  WriteResult write_records(std::span<const ChunkKey> keys, std::span<const Source> sources,
+                            std::span<const Move> moves, TimePoint deadline);
+  void maybe_compact(TimePoint deadline);
+
+  // Called with mutex_ held.
+  Result<std::pair<SegmentPtr, uint64_t>> allocate_locked(uint64_t record_bytes);
+  Status new_segment_locked();
+  Status make_room_locked(uint64_t extra_bytes);
+  void insert_locked(const ChunkKey& key, const SegmentPtr& segment, uint64_t offset,
+                     uint64_t payload_bytes);
+  void erase_locked(const ChunkKey& key);
+  void maybe_retire_locked(const SegmentPtr& segment);
+  void retire_locked(const SegmentPtr& segment);
+  // True when `segment`'s file was deleted by someone else; forgets every such segment.
+  bool vanished_locked(const SegmentPtr& segment);
+  void forget_vanished_locked();
+  Error broken_error_locked() const;
 
   const DiskTierOptions options_;
-  std::unique_ptr<tier_internal::IoPool> io_;
-  mutable std::mutex mutex_;  // guards the index, and orders renames and deletions with it
+  uint64_t segment_bytes_ = 0;
+  bool direct_io_ = true;
+  uint64_t dio_mem_align_ = 4096;  // caller buffers aligned to this skip the bounce buffers
+  std::string io_description_;
+  std::unique_ptr<tier_internal::IoEngine> engine_;
+  int lock_fd_ = -1;
+
+  mutable std::mutex mutex_;  // guards everything below
   std::unordered_map<ChunkKey, Entry, ChunkKeyHash> index_;
   std::list<ChunkKey> lru_;  // front: most recent
+  std::map<uint64_t, SegmentPtr> segments_;
+  SegmentPtr active_;  // appended to; null until the first put after open or a failed rollover
+  std::vector<SegmentPtr> graveyard_;  // retired; closed outside the lock
+  uint64_t next_segment_id_ = 1;
+  uint64_t seq_ = 0;
   uint64_t bytes_used_ = 0;
+  uint64_t disk_bytes_ = 0;
   uint64_t evictions_ = 0;
+  uint64_t compactions_ = 0;
+  bool compaction_due_ = false;
+  bool compacting_ = false;
+  std::string broken_;  // why the tier is failing until ping() repairs it; empty when fine
 };
 
 }  // namespace kvtier

@@ -1,267 +1,876 @@
 #include "kvtier/tier/disk_tier.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
-#include <functional>
-#include <optional>
 #include <system_error>
+#include <thread>
 
-#include "io_pool.h"
-#include "kvtier/tier/chunk_record.h"
+#include "aligned_buffer.h"
+#include "io_engine.h"
+#include "segment_record.h"
 
 namespace kvtier {
 namespace fs = std::filesystem;
+using tier_internal::AlignedBuffer;
+using tier_internal::IoRequest;
+using tier_internal::IoSlot;
+using tier_internal::kIoAlign;
+using tier_internal::round_up_io;
+using tier_internal::segment_record_bytes;
+
 namespace {
 
-constexpr std::string_view kRecordSuffix = ".kvc";
-constexpr std::string_view kTempMarker = ".tmp.";
+constexpr std::string_view kSegmentPrefix = "seg-";
+constexpr std::string_view kSegmentSuffix = ".kvs";
+constexpr uint64_t kInflightBudget = uint64_t{16} << 20;  // bytes in flight per call, at most
+constexpr uint64_t kScanWindow = uint64_t{1} << 20;       // read ahead while resynchronizing
+constexpr uint64_t kCompactGroupBytes = uint64_t{32} << 20;
 
-std::optional<ChunkKey> parse_key_hex(std::string_view hex) {
-  if (hex.size() != 32) return std::nullopt;
-  ChunkKey key;
-  const auto parse = [](std::string_view part, uint64_t& out) {
-    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), out, 16);
-    return ec == std::errc() && end == part.data() + part.size();
-  };
-  if (!parse(hex.substr(0, 16), key.hi) || !parse(hex.substr(16), key.lo)) return std::nullopt;
-  // from_chars accepts upper case; hex() writes lower case only, so anything else is not ours.
-  if (key.hex() != hex) return std::nullopt;
-  return key;
+std::string segment_name(uint64_t id) {
+  char name[32];
+  std::snprintf(name, sizeof name, "seg-%016llx.kvs", static_cast<unsigned long long>(id));
+  return name;
 }
 
-// Writes or reads exactly `bytes` at `offset` with `io` (pwrite or pread); false on an error or
-// end of file.
-template <class Io, class Byte>
-bool transfer_all(Io io, int fd, Byte* data, size_t bytes, off_t offset) {
-  while (bytes > 0) {
-    const ssize_t n = io(fd, data, bytes, offset);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    bytes -= static_cast<size_t>(n);
-    offset += n;
+std::optional<uint64_t> parse_segment_name(std::string_view name) {
+  if (!name.starts_with(kSegmentPrefix) || !name.ends_with(kSegmentSuffix)) return std::nullopt;
+  const std::string_view hex = name.substr(kSegmentPrefix.size(), 16);
+  if (name.size() != kSegmentPrefix.size() + 16 + kSegmentSuffix.size()) return std::nullopt;
+  uint64_t id = 0;
+  auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), id, 16);
+  if (ec != std::errc() || end != hex.data() + hex.size() || segment_name(id) != name) {
+    return std::nullopt;
   }
-  return true;
+  return id;
 }
-
-bool pwrite_all(int fd, const std::byte* data, size_t bytes, off_t offset) {
-  return transfer_all(::pwrite, fd, data, bytes, offset);
-}
-
-bool pread_all(int fd, std::byte* data, size_t bytes, off_t offset) {
-  return transfer_all(::pread, fd, data, bytes, offset);
-}
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 TimePoint deadline_after(Duration timeout) {
   return SteadyClock::instance().now() + timeout;
 }
 
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
+
+bool pread_all(int fd, std::byte* data, size_t bytes, uint64_t offset) {
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, data, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    bytes -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+struct Scanned {
+  tier_internal::SegmentRecordHeader header;
+  uint64_t offset = 0;
+};
+
+struct ScanResult {
+  std::vector<Scanned> records;
+  uint64_t end = 0;  // just past the last record found
+};
+
+// Finds the records of one segment file of `bytes` bytes: reads the header block at each
+// record start and jumps over the payload; where no valid header is, moves on one block at a
+// time (reading a larger window ahead), so a torn or corrupt record costs only itself. Stops
+// at the end of the file or at a read error.
+ScanResult scan_segment(int fd, uint64_t bytes) {
+  ScanResult result;
+  AlignedBuffer window(kScanWindow);
+  uint64_t window_at = 0;
+  uint64_t window_len = 0;
+  bool resync = false;
+  uint64_t pos = 0;
+  while (pos + kIoAlign <= bytes) {
+    if (pos < window_at || pos + kIoAlign > window_at + window_len) {
+      // After a valid record the next header is one block; while resynchronizing read ahead.
+      const uint64_t want = std::min<uint64_t>(resync ? kScanWindow : kIoAlign, bytes - pos);
+      if (!pread_all(fd, window.data(), want, pos)) break;
+      window_at = pos;
+      window_len = want;
+    }
+    const std::span<const std::byte> block(window.data() + (pos - window_at), kIoAlign);
+    const std::optional<tier_internal::SegmentRecordHeader> header =
+        tier_internal::parse_segment_header(block);
+    const uint64_t record_bytes = header ? segment_record_bytes(header->payload_bytes) : 0;
+    if (header && header->payload_bytes <= bytes && pos + record_bytes <= bytes) {
+      result.records.push_back({*header, pos});
+      pos += record_bytes;
+      result.end = pos;
+      resync = false;
+    } else {
+      pos += kIoAlign;
+      resync = true;
+    }
+  }
+  return result;
+}
+
 }  // namespace
 
-DiskTier::DiskTier(const DiskTierOptions& options)
-    : options_(options), io_(std::make_unique<tier_internal::IoPool>(options.io_threads)) {}
+struct DiskTier::Segment {
+  uint64_t id = 0;
+  fs::path path;
+  int fd = -1;
+  uint64_t bytes = 0;       // file size
+  uint64_t write_off = 0;   // next append
+  uint64_t live_bytes = 0;  // records the index points at
+  uint64_t pending = 0;     // appends reserved and not completed
+  bool compacting = false;
+  bool retired = false;  // deleted by this tier (its fd may still serve reads in flight)
 
-DiskTier::~DiskTier() = default;
+  ~Segment() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+DiskTier::DiskTier(const DiskTierOptions& options) : options_(options) {}
+
+DiskTier::~DiskTier() {
+  engine_.reset();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
 
 Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options) {
   if (options.directory.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "disk tier: directory is empty");
   }
-  if (options.capacity_bytes == 0 || options.io_threads == 0) {
+  if (options.io_threads == 0 || options.queue_depth == 0) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "disk tier: capacity_bytes and io_threads must be > 0");
+                      "disk tier: io_threads and queue_depth must be > 0");
+  }
+  if (!(options.compact_below >= 0.0 && options.compact_below < 1.0)) {
+    return make_error(ErrorCode::kInvalidArgument, "disk tier: compact_below must be in [0, 1)");
+  }
+  const uint64_t segment_bytes = std::min(options.segment_bytes / kIoAlign * kIoAlign,
+                                          options.capacity_bytes / 4 / kIoAlign * kIoAlign);
+  if (segment_bytes < 2 * kIoAlign) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "disk tier: capacity_bytes and segment_bytes must allow four segments of at "
+                      "least 8 KiB");
   }
   std::error_code ec;
-  fs::create_directories(options.directory, ec);  // the 2-digit folders come with their first file
+  fs::create_directories(options.directory, ec);
   if (ec) {
     return make_error(
         ErrorCode::kUnavailable,
         "disk tier: cannot create " + options.directory.string() + ": " + ec.message());
   }
   std::unique_ptr<DiskTier> tier(new DiskTier(options));
+  tier->segment_bytes_ = segment_bytes;
+  if (Status ok = tier->take_lock(); !ok) return std::unexpected(ok.error());
+
+  std::vector<std::string> notes;
+  if (options.io != DiskIo::kThreads) {
+    std::string why_not;
+    tier->engine_ =
+        tier_internal::make_uring_engine(options.io_threads, options.queue_depth, &why_not);
+    if (!tier->engine_) {
+      if (options.io == DiskIo::kIoUring) {
+        return make_error(ErrorCode::kUnavailable, "disk tier: " + why_not);
+      }
+      notes.push_back("io_uring unavailable (" + why_not + "); using " +
+                      std::to_string(options.io_threads) + " threads with preadv/pwritev");
+    }
+  }
+  if (!tier->engine_) tier->engine_ = tier_internal::make_thread_engine(options.io_threads);
+  if (!options.direct_io) {
+    tier->direct_io_ = false;
+  } else if (!tier->direct_io_) {
+    notes.push_back("O_DIRECT unsupported on this file system; using the page cache");
+  }
+  tier->io_description_ =
+      std::string(tier->uses_io_uring() ? "io_uring" : "threads") +
+      (tier->direct_io_ ? ", O_DIRECT (buffers aligned to " + std::to_string(tier->dio_mem_align_) +
+                              " bytes go direct)"
+                        : ", page cache") +
+      ", queue depth " + std::to_string(options.queue_depth) + ", " +
+      std::to_string(options.io_threads) + (tier->uses_io_uring() ? " rings" : " threads") +
+      ", xxh3 " + std::string(chunk_checksum_kernel());
+  for (const std::string& note : notes) {
+    tier->io_description_ += "; " + note;
+    std::fprintf(stderr, "kvtier: disk tier %s: %s\n", options.directory.c_str(), note.c_str());
+  }
+  tier->remove_legacy_files();
   if (Status ok = tier->rebuild_index(); !ok) return std::unexpected(ok.error());
   return tier;
 }
 
-fs::path DiskTier::path_of(const ChunkKey& key) const {
-  const std::string hex = key.hex();
-  return options_.directory / hex.substr(0, 2) / (hex + std::string(kRecordSuffix));
+Status DiskTier::take_lock() {
+  const fs::path path = options_.directory / "LOCK";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return make_error(ErrorCode::kUnavailable,
+                      "disk tier: cannot open " + path.string() + ": " + errno_text(errno));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return make_error(ErrorCode::kUnavailable,
+                      "disk tier: " + options_.directory.string() +
+                          " is in use by another disk tier (flock: " + errno_text(err) + ")");
+  }
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_fd_ = fd;
+  // The lock file also tells whether this file system takes O_DIRECT.
+  if (options_.direct_io) {
+    const int probe = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    direct_io_ = probe >= 0;
+    if (probe >= 0) ::close(probe);
+  }
+  // Which caller memory the device can DMA to and from: statx says (Linux 6.1+; NVMe takes any
+  // 4-byte-aligned buffer, virtio-blk 512-byte-aligned ones); without an answer, 4 KiB.
+  dio_mem_align_ = direct_io_ ? kIoAlign : 1;
+  struct statx stx {};
+  if (direct_io_ && ::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+      (stx.stx_mask & STATX_DIOALIGN) != 0 && stx.stx_dio_mem_align > 0) {
+    if (stx.stx_dio_offset_align > kIoAlign || kIoAlign % stx.stx_dio_offset_align != 0) {
+      direct_io_ = false;  // blocks larger than 4 KiB: this layout cannot do direct IO there
+      dio_mem_align_ = 1;
+    } else {
+      dio_mem_align_ = std::min<uint64_t>(stx.stx_dio_mem_align, kIoAlign);
+    }
+  }
+  return {};
+}
+
+bool DiskTier::direct_ok(const void* memory) const {
+  return reinterpret_cast<uintptr_t>(memory) % dio_mem_align_ == 0;
+}
+
+int DiskTier::segment_open_flags() const {
+  return O_RDWR | O_CLOEXEC | (direct_io_ ? O_DIRECT : 0);
+}
+
+// The one-file-per-chunk layout of earlier versions: <2 hex digits>/<32 hex digits>.kvc (and
+// .tmp. files); its files are outside this tier's bound, so they go.
+void DiskTier::remove_legacy_files() {
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(options_.directory, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() != 2 || !std::isxdigit(static_cast<unsigned char>(name[0])) ||
+        !std::isxdigit(static_cast<unsigned char>(name[1])) || !it->is_directory(ec)) {
+      continue;
+    }
+    std::error_code inner;
+    for (auto f = fs::directory_iterator(it->path(), inner);
+         !inner && f != fs::directory_iterator(); f.increment(inner)) {
+      const std::string file = f->path().filename().string();
+      if (file.ends_with(".kvc") || file.find(".kvc.tmp.") != std::string::npos) {
+        fs::remove(f->path(), inner);
+      }
+    }
+    fs::remove(it->path(), inner);  // only when empty
+  }
 }
 
 Status DiskTier::rebuild_index() {
-  struct Found {
-    fs::file_time_type mtime;
-    ChunkKey key;
-    uint64_t bytes;
-  };
-  std::vector<Found> found;
+  std::vector<SegmentPtr> found;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(options_.directory, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
-    const std::string file = it->path().filename().string();
-    if (file.find(kTempMarker) != std::string::npos) {
-      fs::remove(it->path(), ec);  // a write that never reached its rename
-      continue;
+  for (auto it = fs::directory_iterator(options_.directory, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::optional<uint64_t> id = parse_segment_name(it->path().filename().string());
+    if (!id) continue;
+    auto segment = std::make_shared<Segment>();
+    segment->id = *id;
+    segment->path = it->path();
+    segment->fd = ::open(segment->path.c_str(), segment_open_flags());
+    struct stat st {};
+    if (segment->fd < 0 || ::fstat(segment->fd, &st) != 0) {
+      return make_error(
+          ErrorCode::kUnavailable,
+          "disk tier: cannot open " + segment->path.string() + ": " + errno_text(errno));
     }
-    if (!file.ends_with(kRecordSuffix)) continue;
-    std::optional<ChunkKey> key = parse_key_hex(file.substr(0, file.size() - kRecordSuffix.size()));
-    if (!key || it->path() != path_of(*key)) continue;  // not a file this tier wrote
-    const uint64_t bytes = it->file_size(ec);
-    const fs::file_time_type mtime = it->last_write_time(ec);
-    if (!ec) found.push_back({mtime, *key, bytes});
-    ec.clear();
+    segment->bytes = static_cast<uint64_t>(st.st_size) / kIoAlign * kIoAlign;
+    segment->write_off = segment->bytes;
+    found.push_back(std::move(segment));
   }
   if (ec) {
     return make_error(
         ErrorCode::kUnavailable,
         "disk tier: cannot read " + options_.directory.string() + ": " + ec.message());
   }
-  std::ranges::sort(found, {}, &Found::mtime);
+  std::ranges::sort(found, {}, [](const SegmentPtr& s) { return s->id; });
+
+  // Scan the segments in parallel, one thread per segment at a time.
+  std::vector<ScanResult> scans(found.size());
+  {
+    std::atomic<size_t> next{0};
+    const auto worker = [&] {
+      for (size_t i = next++; i < found.size(); i = next++) {
+        scans[i] = scan_segment(found[i]->fd, found[i]->bytes);
+      }
+    };
+    std::vector<std::jthread> threads;
+    const size_t n = std::min<size_t>(options_.io_threads, found.size());
+    for (size_t i = 1; i < n; ++i) threads.emplace_back(worker);
+    worker();
+  }
+
+  struct Found {
+    Scanned record;
+    SegmentPtr segment;
+  };
+  std::vector<Found> records;
+  for (size_t i = 0; i < found.size(); ++i) {
+    for (const Scanned& r : scans[i].records) records.push_back({r, found[i]});
+  }
+  std::ranges::sort(records, {}, [](const Found& f) { return f.record.header.seq; });
+
   std::lock_guard lock(mutex_);
-  for (const Found& f : found) insert_locked(f.key, f.bytes);  // the newest ends most recent
+  for (const SegmentPtr& segment : found) {
+    segments_[segment->id] = segment;
+    disk_bytes_ += segment->bytes;
+    next_segment_id_ = std::max(next_segment_id_, segment->id + 1);
+  }
+  // In sequence order, so the newest record of a key wins and ends most recent.
+  for (const Found& f : records) {
+    insert_locked(f.record.header.key, f.segment, f.record.offset, f.record.header.payload_bytes);
+    seq_ = std::max(seq_, f.record.header.seq);
+  }
+  // Appends continue after the last record of the newest segment.
+  if (!found.empty()) {
+    const SegmentPtr& last = found.back();
+    const uint64_t end = scans.back().end;
+    if (!last->retired && end + 2 * kIoAlign <= last->bytes) {
+      last->write_off = end;
+      active_ = last;
+    }
+  }
+  for (const SegmentPtr& segment : found) maybe_retire_locked(segment);
+  if (Status ok = make_room_locked(0); !ok) return ok;  // a smaller capacity than before
   return {};
 }
 
-void DiskTier::insert_locked(const ChunkKey& key, uint64_t bytes) {
-  if (auto it = index_.find(key); it != index_.end()) {
-    bytes_used_ -= it->second.bytes;
-    it->second.bytes = bytes;
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
-  } else {
-    lru_.push_front(key);
-    index_.emplace(key, Entry{bytes, lru_.begin()});
+// ---- index and space (mutex_ held) ----
+
+void DiskTier::insert_locked(const ChunkKey& key, const SegmentPtr& segment, uint64_t offset,
+                             uint64_t payload_bytes) {
+  const uint64_t record_bytes = segment_record_bytes(payload_bytes);
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    Entry& e = it->second;
+    const SegmentPtr old = e.segment;
+    const uint64_t old_bytes = segment_record_bytes(e.payload_bytes);
+    old->live_bytes -= old_bytes;
+    bytes_used_ -= old_bytes;
+    e.segment = segment;
+    e.offset = offset;
+    e.payload_bytes = payload_bytes;
+    lru_.splice(lru_.begin(), lru_, e.lru);
+    segment->live_bytes += record_bytes;
+    bytes_used_ += record_bytes;
+    if (old != segment) maybe_retire_locked(old);
+    return;
   }
-  bytes_used_ += bytes;
-  while (bytes_used_ > options_.capacity_bytes && lru_.size() > 1) {
-    erase_locked(lru_.back());
-    ++evictions_;
-  }
+  lru_.push_front(key);
+  index_.emplace(key, Entry{segment, offset, payload_bytes, lru_.begin()});
+  segment->live_bytes += record_bytes;
+  bytes_used_ += record_bytes;
 }
 
 void DiskTier::erase_locked(const ChunkKey& key) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
-  std::error_code ec;
-  fs::remove(path_of(key), ec);
-  bytes_used_ -= it->second.bytes;
+  const SegmentPtr segment = it->second.segment;
+  const uint64_t record_bytes = segment_record_bytes(it->second.payload_bytes);
+  segment->live_bytes -= record_bytes;
+  bytes_used_ -= record_bytes;
   lru_.erase(it->second.lru);
   index_.erase(it);
+  maybe_retire_locked(segment);
 }
 
-ChunkStatus DiskTier::write_one(const ChunkKey& key, std::span<const std::byte> payload) {
-  const uint64_t record_bytes = kChunkRecordHeaderBytes + payload.size();
-  if (record_bytes > options_.capacity_bytes) return ChunkStatus::kError;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = index_.find(key);
-    if (it != index_.end() && it->second.bytes == record_bytes) {
-      // Equal keys hold equal KV: the record is there already.
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
-      return ChunkStatus::kOk;
-    }
+void DiskTier::maybe_retire_locked(const SegmentPtr& segment) {
+  if (segment->live_bytes == 0 && segment->pending == 0 && !segment->compacting &&
+      !segment->retired && segment != active_) {
+    retire_locked(segment);
   }
-  static std::atomic<uint64_t> temp_counter{0};
-  const fs::path final_path = path_of(key);
-  const fs::path temp_path = final_path.string() + std::string(kTempMarker) +
-                             std::to_string(::getpid()) + "." + std::to_string(++temp_counter);
-  std::array<std::byte, kChunkRecordHeaderBytes> header;
-  encode_chunk_header(key, payload, header);
-  {
-    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
-    Fd out{::open(temp_path.c_str(), flags, 0644)};
-    if (out.fd < 0 && errno == ENOENT) {
-      std::error_code ec;
-      fs::create_directories(final_path.parent_path(), ec);
-      out.fd = ::open(temp_path.c_str(), flags, 0644);
-    }
-    if (out.fd < 0) return ChunkStatus::kError;
-    if (!pwrite_all(out.fd, header.data(), header.size(), 0) ||
-        !pwrite_all(out.fd, payload.data(), payload.size(), kChunkRecordHeaderBytes)) {
-      ::unlink(temp_path.c_str());
-      return ChunkStatus::kError;
-    }
-  }
-  std::lock_guard lock(mutex_);
-  if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
-    ::unlink(temp_path.c_str());
-    return ChunkStatus::kError;
-  }
-  insert_locked(key, record_bytes);
-  return ChunkStatus::kOk;
 }
 
-ChunkStatus DiskTier::read_one(const ChunkKey& key, std::span<std::byte> dst) {
-  {
-    std::lock_guard lock(mutex_);
-    auto it = index_.find(key);
-    if (it == index_.end()) return ChunkStatus::kMiss;
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
+void DiskTier::retire_locked(const SegmentPtr& segment) {
+  segment->retired = true;
+  ::unlink(segment->path.c_str());
+  disk_bytes_ -= segment->bytes;
+  segments_.erase(segment->id);
+  graveyard_.push_back(segment);  // closed (and its blocks freed) outside the lock
+}
+
+Status DiskTier::make_room_locked(uint64_t extra_bytes) {
+  while (disk_bytes_ + extra_bytes > options_.capacity_bytes) {
+    if (!lru_.empty()) {
+      erase_locked(lru_.back());  // deletes the segment that this empties
+      ++evictions_;
+      continue;
+    }
+    // Nothing indexed is left: only empty segments waiting for appends in flight, or the
+    // active one.
+    if (active_ && active_->pending == 0) {
+      const SegmentPtr active = active_;
+      active_ = nullptr;
+      maybe_retire_locked(active);
+      continue;
+    }
+    return make_error(ErrorCode::kResourceExhausted,
+                      "disk tier: no room for another segment while writes are in flight");
   }
-  const fs::path path = path_of(key);
-  Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (in.fd < 0) {
-    if (errno != ENOENT) return ChunkStatus::kError;
-    std::lock_guard lock(mutex_);  // deleted behind our back: forget it
-    erase_locked(key);
-    return ChunkStatus::kMiss;
+  return {};
+}
+
+Status DiskTier::new_segment_locked() {
+  if (Status ok = make_room_locked(segment_bytes_); !ok) return ok;
+  auto segment = std::make_shared<Segment>();
+  segment->id = next_segment_id_++;
+  segment->path = options_.directory / segment_name(segment->id);
+  segment->bytes = segment_bytes_;
+  segment->fd = ::open(segment->path.c_str(), segment_open_flags() | O_CREAT | O_EXCL, 0644);
+  if (segment->fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) broken_ = "the directory " + options_.directory.string() + " is gone";
+    return make_error(ErrorCode::kUnavailable, "disk tier: cannot create " +
+                                                   segment->path.string() + ": " + errno_text(err));
   }
-  std::array<std::byte, kChunkRecordHeaderBytes> header;
+  // Preallocated, so that appends never extend the file: direct writes that extend a file are
+  // serialized (ext4), and a full disk shows here rather than in the middle of a write.
+  int ret = ::posix_fallocate(segment->fd, 0, static_cast<off_t>(segment->bytes));
+  if (ret == EOPNOTSUPP || ret == EINVAL) {
+    ret = ::ftruncate(segment->fd, static_cast<off_t>(segment->bytes)) == 0 ? 0 : errno;
+  }
+  if (ret != 0) {
+    ::unlink(segment->path.c_str());
+    return make_error(ErrorCode::kUnavailable, "disk tier: cannot allocate " +
+                                                   std::to_string(segment->bytes) + " bytes for " +
+                                                   segment->path.string() + ": " + errno_text(ret));
+  }
+  segments_[segment->id] = segment;
+  disk_bytes_ += segment->bytes;
+  active_ = segment;
+  compaction_due_ = true;
+  return {};
+}
+
+Result<std::pair<DiskTier::SegmentPtr, uint64_t>> DiskTier::allocate_locked(uint64_t record_bytes) {
+  if (active_ && vanished_locked(active_)) return std::unexpected(broken_error_locked());
+  if (!active_ || active_->write_off + record_bytes > active_->bytes) {
+    if (active_) {
+      const SegmentPtr sealed = active_;
+      active_ = nullptr;
+      maybe_retire_locked(sealed);
+    }
+    if (Status ok = new_segment_locked(); !ok) return std::unexpected(ok.error());
+  }
+  const uint64_t offset = active_->write_off;
+  active_->write_off += record_bytes;
+  ++active_->pending;
+  return std::pair{active_, offset};
+}
+
+bool DiskTier::vanished_locked(const SegmentPtr& segment) {
+  if (segment->retired) return false;
   struct stat st {};
-  bool whole = ::fstat(in.fd, &st) == 0 &&
-               static_cast<uint64_t>(st.st_size) == kChunkRecordHeaderBytes + dst.size() &&
-               pread_all(in.fd, header.data(), header.size(), 0) &&
-               pread_all(in.fd, dst.data(), dst.size(), kChunkRecordHeaderBytes);
-  if (whole && verify_chunk_record(header, key, dst) == RecordCheck::kOk) return ChunkStatus::kOk;
-  // Never served; deleted so that the next lookup misses instead of finding it again.
-  std::lock_guard lock(mutex_);
-  erase_locked(key);
-  return ChunkStatus::kCorrupt;
+  if (::fstat(segment->fd, &st) == 0 && st.st_nlink > 0) return false;
+  forget_vanished_locked();
+  return true;
 }
 
-namespace {
-
-// Runs one_key(i) for every key on the IO pool; kDeadlineExceeded when some never ran.
-Result<std::vector<ChunkStatus>> run_batch(tier_internal::IoPool& io, size_t n,
-                                           const std::function<ChunkStatus(size_t)>& one_key,
-                                           Duration timeout, std::string_view op) {
-  std::vector<ChunkStatus> statuses(n, ChunkStatus::kError);
-  const std::vector<bool> ran = io.run(
-      n, [&](size_t i) { statuses[i] = one_key(i); }, deadline_after(timeout));
-  if (std::ranges::find(ran, false) != ran.end()) {
-    return make_error(ErrorCode::kDeadlineExceeded, "disk tier: " + std::string(op) + " timed out");
+void DiskTier::forget_vanished_locked() {
+  std::vector<SegmentPtr> gone;
+  for (const auto& [id, segment] : segments_) {
+    struct stat st {};
+    if (::fstat(segment->fd, &st) != 0 || st.st_nlink == 0) gone.push_back(segment);
   }
-  return statuses;
+  if (gone.empty()) return;
+  std::string names;
+  for (const SegmentPtr& segment : gone) {
+    names += (names.empty() ? "" : ", ") + segment->path.filename().string();
+    segment->retired = true;  // its file is gone already; nothing of it is served any more
+    segments_.erase(segment->id);
+    disk_bytes_ -= segment->bytes;
+    if (segment == active_) active_ = nullptr;
+    graveyard_.push_back(segment);
+  }
+  for (auto it = index_.begin(); it != index_.end();) {
+    if (it->second.segment->retired) {
+      const uint64_t record_bytes = segment_record_bytes(it->second.payload_bytes);
+      it->second.segment->live_bytes -= record_bytes;
+      bytes_used_ -= record_bytes;
+      lru_.erase(it->second.lru);
+      it = index_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  broken_ = "segment files deleted behind the tier's back: " + names;
 }
 
-}  // namespace
+Error DiskTier::broken_error_locked() const {
+  return Error{ErrorCode::kUnavailable, "disk tier: " + broken_};
+}
+
+// ---- IO ----
+
+DiskTier::WriteResult DiskTier::write_records(std::span<const ChunkKey> keys,
+                                              std::span<const Source> sources,
+                                              std::span<const Move> moves, TimePoint deadline) {
+  const size_t n = keys.size();
+  const bool moving = !moves.empty();
+  WriteResult result{.statuses = std::vector<ChunkStatus>(n, ChunkStatus::kError)};
+  struct Placed {
+    SegmentPtr segment;
+    uint64_t offset = 0;
+  };
+  std::vector<Placed> placed(n);
+  uint64_t largest = 0;
+  for (const Source& s : sources) largest = std::max<uint64_t>(largest, s.payload.size());
+  std::mutex failure_mutex;  // the thread engine prepares on several threads
+
+  const auto prepare = [&](size_t i, IoSlot& slot, IoRequest& request) {
+    const std::span<const std::byte> payload = sources[i].payload;
+    const uint64_t record_bytes = segment_record_bytes(payload.size());
+    uint64_t seq;
+    {
+      std::lock_guard lock(mutex_);
+      {
+        std::lock_guard failure(failure_mutex);
+        if (result.error) return false;
+      }
+      if (!broken_.empty()) {
+        std::lock_guard failure(failure_mutex);
+        result.error = broken_error_locked();
+        return false;
+      }
+      if (!moving) {
+        auto it = index_.find(keys[i]);
+        if (it != index_.end() && it->second.payload_bytes == payload.size()) {
+          // Equal keys hold equal KV: the record is there already.
+          lru_.splice(lru_.begin(), lru_, it->second.lru);
+          result.statuses[i] = ChunkStatus::kOk;
+          return false;
+        }
+      } else {
+        auto it = index_.find(keys[i]);
+        if (it == index_.end() || it->second.segment != moves[i].from ||
+            it->second.offset != moves[i].offset) {
+          result.statuses[i] = ChunkStatus::kMiss;  // evicted or replaced meanwhile
+          return false;
+        }
+      }
+      if (record_bytes > segment_bytes_) return false;  // kError: never fits
+      Result<std::pair<SegmentPtr, uint64_t>> at = allocate_locked(record_bytes);
+      if (!at) {
+        std::lock_guard failure(failure_mutex);
+        result.error = at.error();
+        return false;
+      }
+      placed[i] = {at->first, at->second};
+      seq = ++seq_;
+    }
+    tier_internal::encode_segment_header(keys[i], payload, seq, slot.header.span());
+    request.fd = placed[i].segment->fd;
+    request.offset = placed[i].offset;
+    request.write = true;
+    request.add(slot.header.data(), kIoAlign);
+    const size_t padded = round_up_io(payload.size());
+    if (padded == 0) return true;
+    if (sources[i].padded) {
+      request.add(payload.data(), padded);
+      return true;
+    }
+    // The whole blocks straight from the caller's memory where the device can DMA from it;
+    // the rest (a partial last block, or everything) through the slot's bounce buffer.
+    const size_t whole = direct_ok(payload.data()) ? payload.size() / kIoAlign * kIoAlign : 0;
+    if (whole > 0) request.add(payload.data(), whole);
+    if (whole < payload.size()) {
+      const size_t rest = payload.size() - whole;
+      slot.bounce.reserve(padded - whole);
+      std::memcpy(slot.bounce.data(), payload.data() + whole, rest);
+      std::memset(slot.bounce.data() + rest, 0, padded - payload.size());
+      request.add(slot.bounce.data(), padded - whole);
+    }
+    return true;
+  };
+
+  const auto complete = [&](size_t i, IoSlot&, int64_t transferred) {
+    const uint64_t record_bytes = segment_record_bytes(sources[i].payload.size());
+    std::lock_guard lock(mutex_);
+    const SegmentPtr segment = std::move(placed[i].segment);
+    --segment->pending;
+    if (transferred != static_cast<int64_t>(record_bytes) || segment->retired) {
+      maybe_retire_locked(segment);
+      return;  // kError
+    }
+    if (!moving) {
+      insert_locked(keys[i], segment, placed[i].offset, sources[i].payload.size());
+      result.statuses[i] = ChunkStatus::kOk;
+      return;
+    }
+    auto it = index_.find(keys[i]);
+    if (it == index_.end() || it->second.segment != moves[i].from ||
+        it->second.offset != moves[i].offset) {
+      result.statuses[i] = ChunkStatus::kMiss;  // the copy is dead on arrival
+      maybe_retire_locked(segment);
+      return;
+    }
+    Entry& e = it->second;
+    e.segment->live_bytes -= record_bytes;
+    const SegmentPtr from = e.segment;
+    e.segment = segment;
+    e.offset = placed[i].offset;
+    segment->live_bytes += record_bytes;
+    maybe_retire_locked(from);
+    result.statuses[i] = ChunkStatus::kOk;
+  };
+
+  result.started = engine_->run(n, queue_depth_for(largest), prepare, complete, deadline);
+  return result;
+}
 
 Result<std::vector<ChunkStatus>> DiskTier::do_put(
     std::span<const ChunkKey> keys, std::span<const std::span<const std::byte>> chunks,
     Duration timeout) {
-  return run_batch(
-      *io_, keys.size(), [&](size_t i) { return write_one(keys[i], chunks[i]); }, timeout, "put");
+  const TimePoint deadline = deadline_after(timeout);
+  std::vector<Source> sources;
+  sources.reserve(chunks.size());
+  for (const auto& c : chunks) sources.push_back({c, false});
+  WriteResult written = write_records(keys, sources, {}, deadline);
+  maybe_compact(deadline);
+  {
+    std::vector<SegmentPtr> closing;
+    std::lock_guard lock(mutex_);
+    closing.swap(graveyard_);
+  }
+  if (written.error) return std::unexpected(*written.error);
+  if (written.started < keys.size()) {
+    return make_error(ErrorCode::kDeadlineExceeded, "disk tier: put timed out");
+  }
+  return std::move(written.statuses);
 }
 
 Result<std::vector<ChunkStatus>> DiskTier::do_get(std::span<const ChunkKey> keys,
                                                   std::span<const std::span<std::byte>> dst,
                                                   Duration timeout) {
-  return run_batch(
-      *io_, keys.size(), [&](size_t i) { return read_one(keys[i], dst[i]); }, timeout, "get");
+  const TimePoint deadline = deadline_after(timeout);
+  const size_t n = keys.size();
+  std::vector<ChunkStatus> statuses(n, ChunkStatus::kError);
+  struct Found {
+    SegmentPtr segment;
+    uint64_t offset = 0;
+    size_t whole = 0;  // payload bytes read straight into the caller's buffer
+  };
+  std::vector<Found> found(n);
+  std::optional<Error> failure;
+  std::mutex failure_mutex;
+  uint64_t largest = 0;
+  for (const auto& d : dst) largest = std::max<uint64_t>(largest, d.size());
+
+  const auto prepare = [&](size_t i, IoSlot& slot, IoRequest& request) {
+    {
+      std::lock_guard lock(mutex_);
+      {
+        std::lock_guard f(failure_mutex);
+        if (failure) return false;
+      }
+      if (!broken_.empty()) {
+        std::lock_guard f(failure_mutex);
+        failure = broken_error_locked();
+        return false;
+      }
+      auto it = index_.find(keys[i]);
+      if (it == index_.end()) {
+        statuses[i] = ChunkStatus::kMiss;
+        return false;
+      }
+      if (it->second.payload_bytes != dst[i].size()) {
+        // Not this caller's chunk: never served, and forgotten like any corrupt record.
+        statuses[i] = ChunkStatus::kCorrupt;
+        erase_locked(keys[i]);
+        return false;
+      }
+      if (vanished_locked(it->second.segment)) {
+        std::lock_guard f(failure_mutex);
+        failure = broken_error_locked();
+        return false;
+      }
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      found[i].segment = it->second.segment;
+      found[i].offset = it->second.offset;
+    }
+    const std::span<std::byte> out = dst[i];
+    const size_t padded = round_up_io(out.size());
+    request.fd = found[i].segment->fd;
+    request.offset = found[i].offset;
+    request.write = false;
+    request.add(slot.header.data(), kIoAlign);
+    // As for writes: whole blocks straight into the caller's memory where the device can DMA
+    // to it, the rest into the bounce buffer.
+    found[i].whole = direct_ok(out.data()) ? out.size() / kIoAlign * kIoAlign : 0;
+    if (found[i].whole > 0) request.add(out.data(), found[i].whole);
+    if (found[i].whole < padded) {
+      slot.bounce.reserve(padded - found[i].whole);
+      request.add(slot.bounce.data(), padded - found[i].whole);
+    }
+    return true;
+  };
+
+  const auto complete = [&](size_t i, IoSlot& slot, int64_t transferred) {
+    const std::span<std::byte> out = dst[i];
+    const int64_t expected = static_cast<int64_t>(segment_record_bytes(out.size()));
+    if (transferred < 0) return;  // kError: the disk failed this read
+    // Verified where the bytes are: in the caller's buffer (the tail copied in first), or in the
+    // bounce buffer before they are copied out.
+    const size_t whole = found[i].whole;
+    const bool bounced = whole == 0;
+    if (!bounced && whole < out.size()) {
+      std::memcpy(out.data() + whole, slot.bounce.data(), out.size() - whole);
+    }
+    const std::span<const std::byte> payload =
+        bounced ? std::span<const std::byte>(slot.bounce.data(), out.size())
+                : std::span<const std::byte>(out);
+    if (transferred == expected && tier_internal::verify_segment_record(
+                                       slot.header.span(), keys[i], payload) == RecordCheck::kOk) {
+      if (bounced && !out.empty()) std::memcpy(out.data(), payload.data(), out.size());
+      statuses[i] = ChunkStatus::kOk;
+      return;
+    }
+    // Torn, truncated or corrupt: never served, and forgotten so the next lookup misses.
+    statuses[i] = ChunkStatus::kCorrupt;
+    std::lock_guard lock(mutex_);
+    auto it = index_.find(keys[i]);
+    if (it != index_.end() && it->second.segment == found[i].segment &&
+        it->second.offset == found[i].offset) {
+      erase_locked(keys[i]);
+    }
+  };
+
+  const size_t started = engine_->run(n, queue_depth_for(largest), prepare, complete, deadline);
+  found.clear();  // drop segment references before closing retired files
+  {
+    std::vector<SegmentPtr> closing;
+    std::lock_guard lock(mutex_);
+    closing.swap(graveyard_);
+  }
+  if (failure) return std::unexpected(*failure);
+  if (started < n) return make_error(ErrorCode::kDeadlineExceeded, "disk tier: get timed out");
+  return statuses;
+}
+
+void DiskTier::maybe_compact(TimePoint deadline) {
+  SegmentPtr victim;
+  struct Live {
+    ChunkKey key;
+    uint64_t offset;
+    uint64_t payload_bytes;
+  };
+  std::vector<Live> live;
+  {
+    std::lock_guard lock(mutex_);
+    if (compacting_ || !compaction_due_ || !broken_.empty()) return;
+    double lowest = options_.compact_below;
+    for (const auto& [id, segment] : segments_) {
+      if (segment == active_ || segment->pending > 0 || segment->compacting) continue;
+      const double fraction = double(segment->live_bytes) / double(segment->bytes);
+      if (segment->live_bytes > 0 && fraction < lowest) {
+        lowest = fraction;
+        victim = segment;
+      }
+    }
+    compaction_due_ = false;
+    if (!victim) return;
+    victim->compacting = true;
+    compacting_ = true;
+    for (const auto& [key, e] : index_) {
+      if (e.segment == victim) live.push_back({key, e.offset, e.payload_bytes});
+    }
+  }
+  std::ranges::sort(live, {}, &Live::offset);
+
+  // In groups of at most kCompactGroupBytes: read and verify, then append.
+  std::vector<AlignedBuffer> buffers;
+  size_t first = 0;
+  bool finished = true;
+  while (first < live.size()) {
+    size_t count = 0;
+    uint64_t group_bytes = 0;
+    while (first + count < live.size() &&
+           (count == 0 || group_bytes + segment_record_bytes(live[first + count].payload_bytes) <=
+                              kCompactGroupBytes)) {
+      group_bytes += segment_record_bytes(live[first + count].payload_bytes);
+      ++count;
+    }
+    if (buffers.size() < count) buffers.resize(count);
+    std::vector<bool> intact(count, false);
+    uint64_t largest = 0;
+    for (size_t i = 0; i < count; ++i) {
+      buffers[i].reserve(segment_record_bytes(live[first + i].payload_bytes));
+      largest = std::max(largest, live[first + i].payload_bytes);
+    }
+    const size_t read = engine_->run(
+        count, queue_depth_for(largest),
+        [&](size_t i, IoSlot&, IoRequest& request) {
+          request.fd = victim->fd;
+          request.offset = live[first + i].offset;
+          request.add(buffers[i].data(), segment_record_bytes(live[first + i].payload_bytes));
+          return true;
+        },
+        [&](size_t i, IoSlot&, int64_t transferred) {
+          const Live& r = live[first + i];
+          const std::span<const std::byte> record(buffers[i].data(),
+                                                  segment_record_bytes(r.payload_bytes));
+          intact[i] = transferred == static_cast<int64_t>(record.size()) &&
+                      tier_internal::verify_segment_record(
+                          record.first(kIoAlign), r.key,
+                          record.subspan(kIoAlign, r.payload_bytes)) == RecordCheck::kOk;
+        },
+        deadline);
+    std::vector<ChunkKey> keys;
+    std::vector<Source> sources;
+    std::vector<Move> moves;
+    for (size_t i = 0; i < read; ++i) {
+      const Live& r = live[first + i];
+      if (!intact[i]) {
+        std::lock_guard lock(mutex_);  // corrupt: dropped, not carried along
+        auto it = index_.find(r.key);
+        if (it != index_.end() && it->second.segment == victim && it->second.offset == r.offset) {
+          erase_locked(r.key);
+        }
+        continue;
+      }
+      keys.push_back(r.key);
+      sources.push_back(
+          {std::span<const std::byte>(buffers[i].data() + kIoAlign, r.payload_bytes), true});
+      moves.push_back({victim, r.offset});
+    }
+    const WriteResult written = write_records(keys, sources, moves, deadline);
+    if (read < count || written.started < keys.size() || written.error) {
+      finished = false;
+      break;
+    }
+    first += count;
+  }
+  std::lock_guard lock(mutex_);
+  victim->compacting = false;
+  compacting_ = false;
+  if (victim->live_bytes == 0 && !victim->retired) {
+    retire_locked(victim);
+    ++compactions_;
+  } else if (!finished) {
+    compaction_due_ = true;  // try again after the next new segment
+  }
 }
 
 Result<std::vector<bool>> DiskTier::do_contains(std::span<const ChunkKey> keys, Duration) {
@@ -272,11 +881,48 @@ Result<std::vector<bool>> DiskTier::do_contains(std::span<const ChunkKey> keys, 
 }
 
 Status DiskTier::do_ping(Duration) {
+  std::vector<SegmentPtr> closing;
+  std::lock_guard lock(mutex_);
+  const auto closing_guard = [&] { closing.swap(graveyard_); };
   if (::access(options_.directory.c_str(), R_OK | W_OK | X_OK) != 0) {
-    return make_error(ErrorCode::kUnavailable, "disk tier: " + options_.directory.string() +
-                                                   " is not accessible: " + std::strerror(errno));
+    std::error_code ec;
+    fs::create_directories(options_.directory, ec);
+    if (ec) {
+      return make_error(
+          ErrorCode::kUnavailable,
+          "disk tier: cannot create " + options_.directory.string() + ": " + ec.message());
+    }
   }
+  forget_vanished_locked();
+  if (!broken_.empty()) {
+    // The lock file may have gone with the directory: take it again.
+    if (struct stat st{}; ::fstat(lock_fd_, &st) != 0 || st.st_nlink == 0) {
+      if (Status ok = take_lock(); !ok) return ok;
+    }
+  }
+  // Ready when a record can be appended: the active segment has room, or a new one can be made.
+  if (!active_ || active_->write_off + 2 * kIoAlign > active_->bytes) {
+    if (active_) {
+      const SegmentPtr sealed = active_;
+      active_ = nullptr;
+      maybe_retire_locked(sealed);
+    }
+    Status ok = new_segment_locked();
+    closing_guard();
+    if (!ok) return ok;
+  }
+  broken_.clear();
+  closing_guard();
   return {};
+}
+
+size_t DiskTier::queue_depth_for(uint64_t chunk_bytes) const {
+  const uint64_t record = segment_record_bytes(chunk_bytes);
+  return std::clamp<size_t>(kInflightBudget / record, 1, options_.queue_depth);
+}
+
+bool DiskTier::uses_io_uring() const {
+  return engine_ && engine_->backend() == tier_internal::IoBackend::kIoUring;
 }
 
 uint64_t DiskTier::bytes_used() const {
@@ -284,14 +930,63 @@ uint64_t DiskTier::bytes_used() const {
   return bytes_used_;
 }
 
+uint64_t DiskTier::disk_bytes() const {
+  std::lock_guard lock(mutex_);
+  return disk_bytes_;
+}
+
 size_t DiskTier::chunk_count() const {
   std::lock_guard lock(mutex_);
   return index_.size();
 }
 
+size_t DiskTier::segment_count() const {
+  std::lock_guard lock(mutex_);
+  return segments_.size();
+}
+
 uint64_t DiskTier::evictions() const {
   std::lock_guard lock(mutex_);
   return evictions_;
+}
+
+uint64_t DiskTier::compactions() const {
+  std::lock_guard lock(mutex_);
+  return compactions_;
+}
+
+std::optional<DiskTier::RecordLocation> DiskTier::location_of(const ChunkKey& key) const {
+  std::lock_guard lock(mutex_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return std::nullopt;
+  return RecordLocation{it->second.segment->path, it->second.offset,
+                        segment_record_bytes(it->second.payload_bytes)};
+}
+
+std::optional<DiskTier::RecordLocation> DiskTier::find_record(const fs::path& directory,
+                                                              const ChunkKey& key) {
+  std::optional<RecordLocation> best;
+  uint64_t best_seq = 0;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(directory, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    if (!parse_segment_name(it->path().filename().string())) continue;
+    const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) {
+      const ScanResult scan =
+          scan_segment(fd, static_cast<uint64_t>(st.st_size) / kIoAlign * kIoAlign);
+      for (const Scanned& r : scan.records) {
+        if (r.header.key == key && (!best || r.header.seq > best_seq)) {
+          best = RecordLocation{it->path(), r.offset, segment_record_bytes(r.header.payload_bytes)};
+          best_seq = r.header.seq;
+        }
+      }
+    }
+    ::close(fd);
+  }
+  return best;
 }
 
 }  // namespace kvtier

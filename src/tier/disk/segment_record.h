@@ -1,0 +1,60 @@
+// Segment records: how the disk tier lays a chunk out in a segment file.
+//
+// A record is one header block (kIoAlign bytes) followed by the payload, padded with zeros to
+// a multiple of kIoAlign, so every record starts and ends on an O_DIRECT boundary and the
+// payload can be read straight into (or written straight from) an aligned caller buffer.
+//
+// Header block, little-endian:
+//   offset size field
+//        0    4 magic "KVS1"
+//        4    4 header bytes (kSegmentHeaderBytes)
+//        8    8 seq: a counter over the whole tier; the highest seq of a key is its current
+//               record when the index is rebuilt
+//       16   40 the chunk record header (chunk_record.h): magic "KVC1", key, payload size and
+//               the payload checksum (xxh3-64 bound to key and size)
+//       56    8 header checksum: xxh3-64 of bytes 0..55
+//       64  ... zeros up to kIoAlign
+//
+// The header checksum lets a scan tell a record start from anything else (a torn header, the
+// zeros of unwritten space, payload bytes) without reading the payload; the payload checksum
+// is verified on every read. A record whose payload is torn is therefore indexed on a rebuild
+// but never served: its first read finds it kCorrupt.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "aligned_buffer.h"
+#include "kvtier/core/chunk_key.h"
+#include "kvtier/tier/chunk_record.h"
+
+namespace kvtier::tier_internal {
+
+inline constexpr size_t kSegmentHeaderBytes = 64;
+
+struct SegmentRecordHeader {
+  ChunkKey key;
+  uint64_t payload_bytes = 0;
+  uint64_t seq = 0;
+};
+
+constexpr uint64_t segment_record_bytes(uint64_t payload_bytes) {
+  return kIoAlign + round_up_io(payload_bytes);
+}
+
+// Fills `block` (kIoAlign bytes) with the header of a record of (key, payload, seq); computes the
+// payload's checksum.
+void encode_segment_header(const ChunkKey& key, std::span<const std::byte> payload, uint64_t seq,
+                           std::span<std::byte> block);
+
+// The header in `block` when its magic, sizes and header checksum hold; nullopt otherwise.
+std::optional<SegmentRecordHeader> parse_segment_header(std::span<const std::byte> block);
+
+// Checks a header block and the payload read after it against the expected key: the header,
+// then the chunk record (key, size, payload checksum).
+RecordCheck verify_segment_record(std::span<const std::byte> block, const ChunkKey& expected_key,
+                                  std::span<const std::byte> payload);
+
+}  // namespace kvtier::tier_internal
