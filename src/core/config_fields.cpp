@@ -106,10 +106,11 @@ const std::vector<Field>& config_fields() {
                     "Directory of the L2 disk tier; empty for no disk tier. Chunks found there "
                     "are used again after a restart."),
         tiers.field("disk_bytes", &TiersConfig::disk_bytes, byte_size(),
-                    "Most bytes the disk tier keeps; least recently used chunks are deleted "
-                    "beyond it."),
+                    "Most bytes of the disk tier's segment files; least recently used chunks "
+                    "are evicted to stay within it."),
         tiers.field("disk_io_threads", &TiersConfig::disk_io_threads, integer_in(1, 256),
-                    "Threads that read and write the disk tier's files."),
+                    "Disk tier calls that run at once, each on its own io_uring ring (or thread, "
+                    "where io_uring is unavailable) with up to 16 IOs in flight."),
         tiers.field("disk_timeout_s", &TiersConfig::disk_timeout_s, positive_seconds(),
                     "Timeout of each disk tier call; a call past it marks the tier down. (H7)"),
         tiers.field("redis_url", &TiersConfig::redis_url, text(),
