@@ -2,14 +2,19 @@
 
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <liburing.h>
 #include <unistd.h>
+#include <xxhash.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <iostream>
 #include <random>
+#include <thread>
 
 #include "bench_row.h"
+#include "kvtier/tier/chunk_record.h"
 #include "kvtier/tier/disk_tier.h"
 #include "kvtier/tier/redis_tier.h"
 #include "redis_process.h"
@@ -24,11 +29,28 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// 4 KiB-aligned chunk memory, as host pool slots are.
+struct AlignedBytes {
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> data;
+  size_t size = 0;
+  explicit AlignedBytes(size_t bytes)
+      : data(static_cast<std::byte*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096))),
+        size(bytes) {
+    if (!data) throw std::bad_alloc();
+    std::memset(data.get(), 0, bytes);  // touched: no page faults inside a measurement
+  }
+  std::span<std::byte> span() const { return {data.get(), size}; }
+};
+
 struct Workload {
   size_t chunk_bytes;
   std::vector<ChunkKey> keys;
+  // What is put: plain vectors, as the tier mover's write-behind copies are.
   std::vector<std::vector<std::byte>> chunks;
-  std::vector<std::vector<std::byte>> back;  // get destinations
+  std::vector<AlignedBytes> back;  // get destinations: aligned, as host pool slots are
 
   Workload(size_t chunk_bytes, size_t count, uint64_t salt) : chunk_bytes(chunk_bytes) {
     std::mt19937_64 rng(salt);
@@ -74,38 +96,103 @@ double tier_put(Tier& tier, const Workload& w, size_t batch) {
 
 double tier_get(Tier& tier, Workload& w, size_t batch) {
   return timed_batches(w, batch, [&](size_t first, size_t n) {
-    std::vector<std::span<std::byte>> spans(w.back.begin() + first, w.back.begin() + first + n);
+    std::vector<std::span<std::byte>> spans;
+    for (size_t i = first; i < first + n; ++i) spans.push_back(w.back[i].span());
     require_ok(tier.get(std::span(w.keys).subspan(first, n), spans, kCallTimeout), "tier get");
   });
 }
 
-// ---- disk baseline: one plain file per chunk ----
-
-double file_write(const std::filesystem::path& dir, const Workload& w) {
-  const auto t0 = Clock::now();
+void require_same(const Workload& w) {
   for (size_t i = 0; i < w.keys.size(); ++i) {
-    const std::string path = (dir / w.keys[i].hex()).string();
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || ::write(fd, w.chunks[i].data(), w.chunk_bytes) != ssize_t(w.chunk_bytes)) {
-      throw std::runtime_error("baseline write of " + path + " failed");
+    if (std::memcmp(w.back[i].data.get(), w.chunks[i].data(), w.chunk_bytes) != 0) {
+      throw std::runtime_error("disk tier: chunk " + std::to_string(i) + " came back different");
     }
-    ::close(fd);
   }
-  return seconds_since(t0);
 }
 
-double file_read(const std::filesystem::path& dir, Workload& w) {
-  const auto t0 = Clock::now();
-  for (size_t i = 0; i < w.keys.size(); ++i) {
-    const std::string path = (dir / w.keys[i].hex()).string();
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::read(fd, w.back[i].data(), w.chunk_bytes) != ssize_t(w.chunk_bytes)) {
-      throw std::runtime_error("baseline read of " + path + " failed");
+// ---- disk baseline: the raw device through the file system ----
+
+// O_DIRECT sequential IO of `count` chunks in one preallocated file, `depth` requests kept in
+// flight with io_uring (or, where io_uring is unavailable, `depth` threads with pwrite/pread).
+class RawDisk {
+ public:
+  RawDisk(const std::filesystem::path& path, size_t chunk_bytes, size_t count, size_t depth)
+      : chunk_bytes_(chunk_bytes), count_(count), depth_(depth) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+    if (fd_ < 0) throw std::runtime_error("baseline: cannot open " + path.string() + " O_DIRECT");
+    if (::posix_fallocate(fd_, 0, static_cast<off_t>(chunk_bytes * count)) != 0) {
+      throw std::runtime_error("baseline: cannot preallocate " + path.string());
     }
-    ::close(fd);
+    uring_ = io_uring_queue_init(static_cast<unsigned>(depth), &ring_, 0) == 0;
   }
-  return seconds_since(t0);
-}
+  ~RawDisk() {
+    if (uring_) io_uring_queue_exit(&ring_);
+    ::close(fd_);
+  }
+  bool uring() const { return uring_; }
+
+  // Writes chunk i from src[i] (aligned) at i * chunk_bytes; returns seconds.
+  double write(const std::vector<AlignedBytes>& src) { return run(true, src); }
+  double read(const std::vector<AlignedBytes>& dst) { return run(false, dst); }
+
+ private:
+  double run(bool write, const std::vector<AlignedBytes>& bufs) {
+    const auto t0 = Clock::now();
+    if (uring_) {
+      size_t next = 0;
+      size_t inflight = 0;
+      while (next < count_ || inflight > 0) {
+        while (next < count_ && inflight < depth_) {
+          io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+          const off_t at = static_cast<off_t>(next * chunk_bytes_);
+          if (write) {
+            io_uring_prep_write(sqe, fd_, bufs[next].data.get(), unsigned(chunk_bytes_), at);
+          } else {
+            io_uring_prep_read(sqe, fd_, bufs[next].data.get(), unsigned(chunk_bytes_), at);
+          }
+          ++next;
+          ++inflight;
+        }
+        if (io_uring_submit_and_wait(&ring_, 1) < 0) throw std::runtime_error("baseline: submit");
+        unsigned head;
+        unsigned seen = 0;
+        io_uring_cqe* cqe;
+        io_uring_for_each_cqe(&ring_, head, cqe) {
+          if (cqe->res != static_cast<int>(chunk_bytes_)) {
+            throw std::runtime_error("baseline: short or failed IO");
+          }
+          ++seen;
+        }
+        io_uring_cq_advance(&ring_, seen);
+        inflight -= seen;
+      }
+    } else {
+      std::atomic<size_t> next{0};
+      std::vector<std::jthread> threads;
+      std::atomic<bool> failed{false};
+      for (size_t t = 0; t < depth_; ++t) {
+        threads.emplace_back([&] {
+          for (size_t i = next++; i < count_; i = next++) {
+            const off_t at = static_cast<off_t>(i * chunk_bytes_);
+            const ssize_t n = write ? ::pwrite(fd_, bufs[i].data.get(), chunk_bytes_, at)
+                                    : ::pread(fd_, bufs[i].data.get(), chunk_bytes_, at);
+            if (n != static_cast<ssize_t>(chunk_bytes_)) failed = true;
+          }
+        });
+      }
+      threads.clear();
+      if (failed) throw std::runtime_error("baseline: short or failed IO");
+    }
+    return seconds_since(t0);
+  }
+
+  int fd_ = -1;
+  size_t chunk_bytes_;
+  size_t count_;
+  size_t depth_;
+  io_uring ring_{};
+  bool uring_ = false;
+};
 
 // ---- redis baseline: pipelined SET/GET over one connection ----
 
@@ -173,19 +260,21 @@ void unlink_keys(RawRedis& r, const std::vector<std::string>& names) {
 }
 
 void row(std::ostream& out, bool json, const char* tier, const char* op, size_t chunk_bytes,
-         size_t chunks, double bytes, double kvtier_s, double baseline_s, const char* baseline) {
+         size_t chunks, double bytes, double kvtier_s, double baseline_s,
+         const std::string& baseline, const nlohmann::ordered_json& extra = {}) {
   const double kvtier_gbps = bytes / kvtier_s / 1e9;
   const double baseline_gbps = bytes / baseline_s / 1e9;
-  emit(out, json,
-       {{"bench", "tiers"},
-        {"tier", tier},
-        {"op", op},
-        {"chunk_bytes", chunk_bytes},
-        {"chunks", chunks},
-        {"kvtier_gbps", kvtier_gbps},
-        {"baseline_gbps", baseline_gbps},
-        {"ratio", kvtier_gbps / baseline_gbps},
-        {"baseline", baseline}});
+  nlohmann::ordered_json r = {{"bench", "tiers"},
+                              {"tier", tier},
+                              {"op", op},
+                              {"chunk_bytes", chunk_bytes},
+                              {"chunks", chunks},
+                              {"kvtier_gbps", kvtier_gbps},
+                              {"baseline_gbps", baseline_gbps},
+                              {"ratio", kvtier_gbps / baseline_gbps},
+                              {"baseline", baseline}};
+  if (extra.is_object()) r.update(extra);
+  emit(out, json, r);
 }
 
 struct TempDirectory {
@@ -205,28 +294,61 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
   const std::filesystem::path parent =
       o.disk_dir.empty() ? std::filesystem::temp_directory_path() : o.disk_dir;
   for (size_t chunk_bytes : o.chunk_bytes) {
-    const size_t count = std::max<size_t>(1, o.total_bytes / chunk_bytes);
-    double put = 1e30, get = 1e30, write = 1e30, read = 1e30;
+    const size_t count = std::max<size_t>(1, o.disk_total_bytes / chunk_bytes);
+    double put = 1e30, get = 1e30, write = 1e30, read = 1e30, verify = 1e30, debian = 1e30;
+    size_t depth = 0;
+    std::string io;
+    bool raw_uring = true;
     for (int r = 0; r < o.repeat; ++r) {  // interleaved: both sides see the same noise
       TempDirectory dir(parent);
       Workload w(chunk_bytes, count, ++salt);
-      auto tier = DiskTier::open({.directory = dir.path / "tier",
-                                  .capacity_bytes = uint64_t{4} * count * (chunk_bytes + 4096)});
+      auto tier =
+          DiskTier::open({.directory = dir.path / "tier",
+                          .capacity_bytes = std::max<uint64_t>(
+                              uint64_t{2} * count * (chunk_bytes + 4096) + (uint64_t{512} << 20),
+                              uint64_t{4} << 30)});
       if (!tier) throw std::runtime_error(tier.error().to_string());
-      std::filesystem::create_directories(dir.path / "plain");
-      const bool plain_first = r % 2 == 0;  // as for Redis: alternate who goes first
-      if (plain_first) write = std::min(write, file_write(dir.path / "plain", w));
+      depth = std::min((*tier)->queue_depth_for(chunk_bytes), o.batch_chunks);
+      io = (*tier)->io_description();
+      // The same bytes, in aligned buffers for O_DIRECT (copied before the clock starts).
+      std::vector<AlignedBytes> raw;
+      for (const auto& c : w.chunks) {
+        raw.emplace_back(chunk_bytes);
+        std::memcpy(raw.back().data.get(), c.data(), chunk_bytes);
+      }
+      RawDisk plain(dir.path / "plain.bin", chunk_bytes, count, depth);
+      raw_uring = plain.uring();
+      const bool plain_first = r % 2 == 0;
+      if (plain_first) write = std::min(write, plain.write(raw));
       put = std::min(put, tier_put(**tier, w, o.batch_chunks));
-      if (!plain_first) write = std::min(write, file_write(dir.path / "plain", w));
-      if (plain_first) read = std::min(read, file_read(dir.path / "plain", w));
+      if (!plain_first) write = std::min(write, plain.write(raw));
+      if (plain_first) read = std::min(read, plain.read(raw));
       get = std::min(get, tier_get(**tier, w, o.batch_chunks));
-      if (!plain_first) read = std::min(read, file_read(dir.path / "plain", w));
+      if (!plain_first) read = std::min(read, plain.read(raw));
+      require_same(w);
+      // Checksums over the same chunks, cold in the caches as after a read from disk.
+      uint64_t sink = 0;
+      auto t0 = Clock::now();
+      for (size_t i = 0; i < count; ++i) sink += chunk_checksum(w.keys[i], w.chunks[i]);
+      verify = std::min(verify, seconds_since(t0));
+      t0 = Clock::now();
+      for (size_t i = 0; i < count; ++i) {
+        sink += XXH3_64bits_withSeed(w.chunks[i].data(), chunk_bytes, i);
+      }
+      debian = std::min(debian, seconds_since(t0));
+      if (sink == 42) std::cerr << "";  // keeps the hashing
     }
     const double bytes = double(chunk_bytes) * count;
+    const std::string how = std::string(raw_uring ? "io_uring" : "threads") + ", queue depth " +
+                            std::to_string(depth) + ", one preallocated file";
+    const nlohmann::ordered_json extra = {{"queue_depth", depth}, {"io", io}};
     row(out, o.json, "disk", "put", chunk_bytes, count, bytes, put, write,
-        "open+write+close, one file per chunk");
+        "O_DIRECT sequential writes, " + how, extra);
     row(out, o.json, "disk", "get", chunk_bytes, count, bytes, get, read,
-        "open+read+close, one file per chunk");
+        "O_DIRECT sequential reads, " + how, extra);
+    row(out, o.json, "disk", "verify", chunk_bytes, count, bytes, verify, debian,
+        "Debian libxxhash XXH3_64bits_withSeed (baseline x86-64 build)",
+        {{"kernel", std::string(chunk_checksum_kernel())}});
   }
 }
 
