@@ -151,6 +151,7 @@ class DiskTier final : public Tier {
 
   explicit DiskTier(const DiskTierOptions& options);
   Status take_lock();
+  void probe_direct_io();  // sets direct_io_ and dio_mem_align_; once, in open()
   Status rebuild_index();
   void remove_legacy_files();
   int segment_open_flags() const;
@@ -179,7 +180,7 @@ class DiskTier final : public Tier {
 
   const DiskTierOptions options_;
   uint64_t segment_bytes_ = 0;
-  bool direct_io_ = true;
+  bool direct_io_ = false;
   uint64_t dio_mem_align_ = 4096;  // caller buffers aligned to this skip the bounce buffers
   std::string io_description_;
   std::unique_ptr<tier_internal::IoEngine> engine_;

@@ -173,6 +173,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options)
   std::unique_ptr<DiskTier> tier(new DiskTier(options));
   tier->segment_bytes_ = segment_bytes;
   if (Status ok = tier->take_lock(); !ok) return std::unexpected(ok.error());
+  tier->probe_direct_io();
 
   std::vector<std::string> notes;
   if (options.io != DiskIo::kThreads) {
@@ -188,9 +189,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options)
     }
   }
   if (!tier->engine_) tier->engine_ = tier_internal::make_thread_engine(options.io_threads);
-  if (!options.direct_io) {
-    tier->direct_io_ = false;
-  } else if (!tier->direct_io_) {
+  if (options.direct_io && !tier->direct_io_) {
     notes.push_back("O_DIRECT unsupported on this file system; using the page cache");
   }
   tier->io_description_ =
@@ -226,7 +225,13 @@ Status DiskTier::take_lock() {
   }
   if (lock_fd_ >= 0) ::close(lock_fd_);
   lock_fd_ = fd;
-  // The lock file also tells whether this file system takes O_DIRECT.
+  return {};
+}
+
+void DiskTier::probe_direct_io() {
+  const fs::path path = options_.directory / "LOCK";
+  // The lock file tells whether this file system takes O_DIRECT.
+  direct_io_ = false;
   if (options_.direct_io) {
     const int probe = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
     direct_io_ = probe >= 0;
@@ -236,16 +241,17 @@ Status DiskTier::take_lock() {
   // 4-byte-aligned buffer, virtio-blk 512-byte-aligned ones); without an answer, 4 KiB.
   dio_mem_align_ = direct_io_ ? kIoAlign : 1;
   struct statx stx {};
-  if (direct_io_ && ::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
-      (stx.stx_mask & STATX_DIOALIGN) != 0 && stx.stx_dio_mem_align > 0) {
-    if (stx.stx_dio_offset_align > kIoAlign || kIoAlign % stx.stx_dio_offset_align != 0) {
-      direct_io_ = false;  // blocks larger than 4 KiB: this layout cannot do direct IO there
+  if (direct_io_ && ::statx(lock_fd_, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+      (stx.stx_mask & STATX_DIOALIGN) != 0) {
+    // 0: no direct IO for this file; larger than 4 KiB: not with this layout.
+    if (stx.stx_dio_offset_align == 0 || stx.stx_dio_offset_align > kIoAlign ||
+        kIoAlign % stx.stx_dio_offset_align != 0 || stx.stx_dio_mem_align == 0) {
+      direct_io_ = false;
       dio_mem_align_ = 1;
     } else {
       dio_mem_align_ = std::min<uint64_t>(stx.stx_dio_mem_align, kIoAlign);
     }
   }
-  return {};
 }
 
 bool DiskTier::direct_ok(const void* memory) const {
