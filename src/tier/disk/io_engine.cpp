@@ -16,6 +16,8 @@
 namespace kvtier::tier_internal {
 namespace {
 
+constexpr size_t kSubmitBytes = size_t{512} << 10;
+
 bool past(TimePoint deadline) {
   return SteadyClock::instance().now() >= deadline;
 }
@@ -79,6 +81,7 @@ class Ring {
     bool expired = false;
 
     const auto refill = [&] {
+      size_t queued = 0;
       while (!expired && next < n && inflight < depth && !free_slots.empty()) {
         if (past(deadline)) {
           expired = true;
@@ -100,10 +103,16 @@ class Ring {
         }
         io_uring_sqe_set_data(sqe, reinterpret_cast<void*>(uintptr_t{s}));
         ++inflight;
-        // Out at once: preparing the next request (a write's checksum and bounce copy) takes
-        // longer than the system call, and the device should not wait for it.
-        submit(0);
+        // Out in groups of kSubmitBytes: one submission lets the block layer merge adjacent
+        // requests (fewer, larger device IOs), while the device need not wait for a whole
+        // batch's checksums and copies before its first request.
+        queued += request.bytes();
+        if (queued >= kSubmitBytes) {
+          submit(0);
+          queued = 0;
+        }
       }
+      if (queued > 0) submit(0);
     };
 
     for (;;) {
