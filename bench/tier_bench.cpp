@@ -68,11 +68,14 @@ struct Workload {
   double bytes() const { return double(chunk_bytes) * keys.size(); }
 };
 
-// Runs f(first, count) over the workload in batches; throws on failure.
+// Runs f(first, count) over chunks [begin, end) of the workload (all by default) in batches;
+// throws on failure.
 template <class F>
-double timed_batches(const Workload& w, size_t batch, F f) {
+double timed_batches(const Workload& w, size_t batch, F f, size_t begin = 0,
+                     size_t end = SIZE_MAX) {
+  end = std::min(end, w.keys.size());
   const auto t0 = Clock::now();
-  for (size_t i = 0; i < w.keys.size(); i += batch) f(i, std::min(batch, w.keys.size() - i));
+  for (size_t i = begin; i < end; i += batch) f(i, std::min(batch, end - i));
   return seconds_since(t0);
 }
 
@@ -86,20 +89,27 @@ void require_ok(const Result<std::vector<ChunkStatus>>& r, const char* what) {
   }
 }
 
-double tier_put(Tier& tier, const Workload& w, size_t batch) {
-  return timed_batches(w, batch, [&](size_t first, size_t n) {
-    std::vector<std::span<const std::byte>> spans(w.chunks.begin() + first,
-                                                  w.chunks.begin() + first + n);
-    require_ok(tier.put(std::span(w.keys).subspan(first, n), spans, kCallTimeout), "tier put");
-  });
+double tier_put(Tier& tier, const Workload& w, size_t batch, size_t begin = 0,
+                size_t end = SIZE_MAX) {
+  return timed_batches(
+      w, batch,
+      [&](size_t first, size_t n) {
+        std::vector<std::span<const std::byte>> spans(w.chunks.begin() + first,
+                                                      w.chunks.begin() + first + n);
+        require_ok(tier.put(std::span(w.keys).subspan(first, n), spans, kCallTimeout), "tier put");
+      },
+      begin, end);
 }
 
-double tier_get(Tier& tier, Workload& w, size_t batch) {
-  return timed_batches(w, batch, [&](size_t first, size_t n) {
-    std::vector<std::span<std::byte>> spans;
-    for (size_t i = first; i < first + n; ++i) spans.push_back(w.back[i].span());
-    require_ok(tier.get(std::span(w.keys).subspan(first, n), spans, kCallTimeout), "tier get");
-  });
+double tier_get(Tier& tier, Workload& w, size_t batch, size_t begin = 0, size_t end = SIZE_MAX) {
+  return timed_batches(
+      w, batch,
+      [&](size_t first, size_t n) {
+        std::vector<std::span<std::byte>> spans;
+        for (size_t i = first; i < first + n; ++i) spans.push_back(w.back[i].span());
+        require_ok(tier.get(std::span(w.keys).subspan(first, n), spans, kCallTimeout), "tier get");
+      },
+      begin, end);
 }
 
 void require_same(const Workload& w) {
@@ -131,25 +141,28 @@ class RawDisk {
   }
   bool uring() const { return uring_; }
 
-  // Writes chunk i from src[i] (aligned) at i * chunk_bytes; returns seconds. With a batch,
-  // the queue is drained every `batch` chunks, as the tier's calls of `batch` chunks do.
-  double write(const std::vector<AlignedBytes>& src, size_t batch = 0) {
-    return run(true, src, batch);
+  // Writes chunks [begin, end): chunk i from src[i] (aligned) at i * chunk_bytes; returns
+  // seconds. With a batch, the queue is drained every `batch` chunks, as the tier's calls of
+  // `batch` chunks do.
+  double write(const std::vector<AlignedBytes>& src, size_t begin, size_t end, size_t batch = 0) {
+    return run(true, src, begin, end, batch);
   }
-  double read(const std::vector<AlignedBytes>& dst, size_t batch = 0) {
-    return run(false, dst, batch);
+  double read(const std::vector<AlignedBytes>& dst, size_t begin, size_t end, size_t batch = 0) {
+    return run(false, dst, begin, end, batch);
   }
 
  private:
-  double run(bool write, const std::vector<AlignedBytes>& bufs, size_t batch) {
+  double run(bool write, const std::vector<AlignedBytes>& bufs, size_t begin, size_t end,
+             size_t batch) {
+    end = std::min(end, count_);
     const auto t0 = Clock::now();
     if (uring_) {
-      size_t next = 0;
+      size_t next = begin;
       size_t inflight = 0;
-      const size_t step = batch == 0 ? count_ : batch;
-      size_t batch_end = std::min(step, count_);
-      while (next < count_ || inflight > 0) {
-        if (inflight == 0 && next == batch_end) batch_end = std::min(batch_end + step, count_);
+      const size_t step = batch == 0 ? end - begin : batch;
+      size_t batch_end = std::min(begin + step, end);
+      while (next < end || inflight > 0) {
+        if (inflight == 0 && next == batch_end) batch_end = std::min(batch_end + step, end);
         while (next < batch_end && inflight < depth_) {
           io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
           const off_t at = static_cast<off_t>(next * chunk_bytes_);
@@ -175,12 +188,12 @@ class RawDisk {
         inflight -= seen;
       }
     } else {
-      std::atomic<size_t> next{0};
+      std::atomic<size_t> next{begin};
       std::vector<std::jthread> threads;
       std::atomic<bool> failed{false};
       for (size_t t = 0; t < depth_; ++t) {
         threads.emplace_back([&] {
-          for (size_t i = next++; i < count_; i = next++) {
+          for (size_t i = next++; i < end; i = next++) {
             const off_t at = static_cast<off_t>(i * chunk_bytes_);
             const ssize_t n = write ? ::pwrite(fd_, bufs[i].data.get(), chunk_bytes_, at)
                                     : ::pread(fd_, bufs[i].data.get(), chunk_bytes_, at);
@@ -308,7 +321,7 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
     size_t depth = 0;
     std::string io;
     bool raw_uring = true;
-    for (int r = 0; r < o.repeat; ++r) {  // interleaved: both sides see the same noise
+    for (int r = 0; r < o.repeat; ++r) {
       TempDirectory dir(parent);
       Workload w(chunk_bytes, count, ++salt);
       auto tier =
@@ -326,20 +339,36 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
         std::memcpy(raw.back().data.get(), c.data(), chunk_bytes);
       }
       RawDisk plain(dir.path / "plain.bin", chunk_bytes, count, depth);
-      raw_uring = plain.uring();
-      const bool plain_first = r % 2 == 0;
-      if (plain_first) write = std::min(write, plain.write(raw));
-      put = std::min(put, tier_put(**tier, w, o.batch_chunks));
-      if (!plain_first) write = std::min(write, plain.write(raw));
-      if (plain_first) read = std::min(read, plain.read(raw));
-      get = std::min(get, tier_get(**tier, w, o.batch_chunks));
-      if (!plain_first) read = std::min(read, plain.read(raw));
-      require_same(w);
-      // The raw device in the tier's calling pattern: drained every batch_chunks (a fresh
-      // file: writing over written blocks skips the unwritten-extent work the others pay).
+      // The raw device in the tier's calling pattern: drained every batch_chunks.
       RawDisk batched(dir.path / "batched.bin", chunk_bytes, count, depth);
-      batch_write = std::min(batch_write, batched.write(raw, o.batch_chunks));
-      batch_read = std::min(batch_read, batched.read(raw, o.batch_chunks));
+      raw_uring = plain.uring();
+      // The sides take turns slice by slice (32 MiB, the order rotating), so that all of them
+      // meet the device in the same moods: a shared or virtual disk's speed drifts within
+      // seconds.
+      const size_t slice = std::max<size_t>(o.batch_chunks, (size_t{32} << 20) / chunk_bytes);
+      double s_put = 0, s_get = 0, s_write = 0, s_read = 0, s_bwrite = 0, s_bread = 0;
+      for (const bool writing : {true, false}) {
+        size_t turn = static_cast<size_t>(r);
+        for (size_t begin = 0; begin < count; begin += slice, ++turn) {
+          const size_t end = std::min(begin + slice, count);
+          for (size_t k = 0; k < 3; ++k) {
+            const size_t side = (turn + k) % 3;
+            if (side == 0 && writing) s_put += tier_put(**tier, w, o.batch_chunks, begin, end);
+            if (side == 0 && !writing) s_get += tier_get(**tier, w, o.batch_chunks, begin, end);
+            if (side == 1 && writing) s_write += plain.write(raw, begin, end);
+            if (side == 1 && !writing) s_read += plain.read(raw, begin, end);
+            if (side == 2 && writing) s_bwrite += batched.write(raw, begin, end, o.batch_chunks);
+            if (side == 2 && !writing) s_bread += batched.read(raw, begin, end, o.batch_chunks);
+          }
+        }
+      }
+      put = std::min(put, s_put);
+      get = std::min(get, s_get);
+      write = std::min(write, s_write);
+      read = std::min(read, s_read);
+      batch_write = std::min(batch_write, s_bwrite);
+      batch_read = std::min(batch_read, s_bread);
+      require_same(w);
       // Checksums over the same chunks, cold in the caches as after a read from disk.
       uint64_t sink = 0;
       auto t0 = Clock::now();
