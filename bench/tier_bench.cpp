@@ -342,10 +342,10 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
       // The raw device in the tier's calling pattern: drained every batch_chunks.
       RawDisk batched(dir.path / "batched.bin", chunk_bytes, count, depth);
       raw_uring = plain.uring();
-      // The sides take turns slice by slice (32 MiB, the order rotating), so that all of them
+      // The sides take turns slice by slice (8 MiB, the order rotating), so that all of them
       // meet the device in the same moods: a shared or virtual disk's speed drifts within
       // seconds.
-      const size_t slice = std::max<size_t>(o.batch_chunks, (size_t{32} << 20) / chunk_bytes);
+      const size_t slice = std::max<size_t>(o.batch_chunks, (size_t{8} << 20) / chunk_bytes);
       double s_put = 0, s_get = 0, s_write = 0, s_read = 0, s_bwrite = 0, s_bread = 0;
       for (const bool writing : {true, false}) {
         size_t turn = static_cast<size_t>(r);

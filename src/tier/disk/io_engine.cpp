@@ -16,7 +16,8 @@
 namespace kvtier::tier_internal {
 namespace {
 
-constexpr size_t kSubmitBytes = size_t{512} << 10;
+// Requests prepared for this long go out even if more could join them (see refill).
+constexpr Duration kSubmitAfter = std::chrono::microseconds(50);
 
 bool past(TimePoint deadline) {
   return SteadyClock::instance().now() >= deadline;
@@ -82,6 +83,7 @@ class Ring {
 
     const auto refill = [&] {
       size_t queued = 0;
+      TimePoint first_queued{};
       while (!expired && next < n && inflight < depth && !free_slots.empty()) {
         if (past(deadline)) {
           expired = true;
@@ -103,11 +105,12 @@ class Ring {
         }
         io_uring_sqe_set_data(sqe, reinterpret_cast<void*>(uintptr_t{s}));
         ++inflight;
-        // Out in groups of kSubmitBytes: one submission lets the block layer merge adjacent
-        // requests (fewer, larger device IOs), while the device need not wait for a whole
-        // batch's checksums and copies before its first request.
-        queued += request.bytes();
-        if (queued >= kSubmitBytes) {
+        // Out together: one submission lets the block layer merge adjacent requests (fewer,
+        // larger device IOs). But not after more than kSubmitAfter of preparing (a write's
+        // checksum and bounce copy): the device should not wait for a whole batch's CPU work.
+        const TimePoint now = SteadyClock::instance().now();
+        if (queued++ == 0) first_queued = now;
+        if (now - first_queued >= kSubmitAfter) {
           submit(0);
           queued = 0;
         }
