@@ -586,28 +586,30 @@ DiskTier::WriteResult DiskTier::write_records(std::span<const ChunkKey> keys,
       placed[i] = {at->first, at->second};
       seq = ++seq_;
     }
-    tier_internal::encode_segment_header(keys[i], payload, seq, slot.header.span());
     request.fd = placed[i].segment->fd;
     request.offset = placed[i].offset;
     request.write = true;
     request.add(slot.header.data(), kIoAlign);
     const size_t padded = round_up_io(payload.size());
-    if (padded == 0) return true;
-    if (sources[i].padded) {
-      request.add(payload.data(), padded);
-      return true;
-    }
     // The whole blocks straight from the caller's memory where the device can DMA from it;
     // the rest (a partial last block, or everything) through the slot's bounce buffer.
-    const size_t whole = direct_ok(payload.data()) ? payload.size() / kIoAlign * kIoAlign : 0;
+    const size_t whole = sources[i].padded           ? padded
+                         : direct_ok(payload.data()) ? payload.size() / kIoAlign * kIoAlign
+                                                     : 0;
     if (whole > 0) request.add(payload.data(), whole);
+    std::span<const std::byte> hashed = payload;
     if (whole < payload.size()) {
       const size_t rest = payload.size() - whole;
       slot.bounce.reserve(padded - whole);
       std::memcpy(slot.bounce.data(), payload.data() + whole, rest);
       std::memset(slot.bounce.data() + rest, 0, padded - payload.size());
       request.add(slot.bounce.data(), padded - whole);
+      // All of it copied: the checksum is taken from the copy, which the copy just brought
+      // into the cache (one read of the caller's memory instead of two), and which is exactly
+      // what is written.
+      if (whole == 0) hashed = std::span<const std::byte>(slot.bounce.data(), payload.size());
     }
+    tier_internal::encode_segment_header(keys[i], hashed, seq, slot.header.span());
     return true;
   };
 
