@@ -11,9 +11,11 @@
 //
 // Two implementations:
 // - io_uring (liburing): a pool of rings, one per concurrent run(); each run submits its
-//   requests in batches on its ring and reaps completions on the calling thread. A completion's
-//   callback (the disk tier verifies the chunk's checksum there) runs after the freed queue
-//   places are refilled and submitted, so the next reads are in flight while it runs.
+//   requests in batches on its ring and reaps completions on the calling thread. Completion
+//   callbacks (the disk tier verifies the chunk's checksum there) run after the freed queue
+//   places are refilled and submitted, so the next reads are in flight while they run; several
+//   completions that arrived together run in parallel on a small helper pool shared by the
+//   rings (the calling thread helps), so complete may run on several threads at once.
 // - threads: preadv/pwritev on a pool of threads, for kernels or sandboxes without io_uring
 //   (io_uring_setup refused by seccomp, io_uring_disabled, ENOSYS). There prepare and complete
 //   run on the pool's threads, several at once for different items.
