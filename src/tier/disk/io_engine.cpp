@@ -17,8 +17,8 @@
 namespace kvtier::tier_internal {
 namespace {
 
-// Requests prepared for this long go out even if more could join them (see refill).
-constexpr Duration kSubmitAfter = std::chrono::microseconds(50);
+// Requests go out once this many bytes are prepared (see refill).
+constexpr size_t kSubmitBytes = size_t{1} << 20;
 
 bool past(TimePoint deadline) {
   return SteadyClock::instance().now() >= deadline;
@@ -86,7 +86,6 @@ class Ring {
 
     const auto refill = [&] {
       size_t queued = 0;
-      TimePoint first_queued{};
       while (!expired && next < n && inflight < depth && !free_slots.empty()) {
         if (past(deadline)) {
           expired = true;
@@ -108,12 +107,12 @@ class Ring {
         }
         io_uring_sqe_set_data(sqe, reinterpret_cast<void*>(uintptr_t{s}));
         ++inflight;
-        // Out together: one submission lets the block layer merge adjacent requests (fewer,
-        // larger device IOs). But not after more than kSubmitAfter of preparing (a write's
-        // checksum and bounce copy): the device should not wait for a whole batch's CPU work.
-        const TimePoint now = SteadyClock::instance().now();
-        if (queued++ == 0) first_queued = now;
-        if (now - first_queued >= kSubmitAfter) {
+        // Out in groups of kSubmitBytes: one submission lets the block layer merge adjacent
+        // requests into device IOs of that size (what devices take at most, and what matters
+        // where IOs per second are capped, as on cloud disks), while the device need not wait
+        // for a whole batch's checksums and copies before its first request.
+        queued += request.bytes();
+        if (queued >= kSubmitBytes) {
           submit(0);
           queued = 0;
         }
