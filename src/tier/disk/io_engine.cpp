@@ -42,6 +42,7 @@ class Ring {
     if (ret == 0) {
       slots_.resize(2 * size_t{entries});  // in flight + completed, not yet handed back
       slot_item_.resize(slots_.size());
+      slot_read_.resize(slots_.size());
       slot_iov_.resize(slots_.size());
     }
     return ret;
@@ -97,6 +98,7 @@ class Ring {
         if (!prepare(item, slots_[s], request)) continue;
         free_slots.pop_back();
         slot_item_[s] = item;
+        slot_read_[s] = !request.write;
         slot_iov_[s] = request.iov;                    // the kernel reads the iovecs at submission
         io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // never null: inflight < entries
         if (request.write) {
@@ -142,7 +144,9 @@ class Ring {
       const auto finish = [&](size_t k) {
         complete(slot_item_[done[k].slot], slots_[done[k].slot], done[k].result);
       };
-      if (done.size() > 1 && helpers != nullptr) {
+      const size_t reads = static_cast<size_t>(
+          std::ranges::count_if(done, [&](const Done& d) { return slot_read_[d.slot]; }));
+      if (reads > 1 && helpers != nullptr) {  // a write's completion is bookkeeping only
         helpers->run(done.size(), finish, SteadyClock::instance().now() + std::chrono::hours(24));
       } else {
         for (size_t k = 0; k < done.size(); ++k) finish(k);
@@ -177,6 +181,7 @@ class Ring {
   unsigned entries_ = 0;
   std::vector<IoSlot> slots_;
   std::vector<size_t> slot_item_;
+  std::vector<bool> slot_read_;
   std::vector<std::array<iovec, 3>> slot_iov_;
 };
 
