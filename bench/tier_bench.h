@@ -3,12 +3,15 @@
 //          device through the file system: O_DIRECT sequential writes / reads of the same bytes
 //          in one preallocated file, with the queue depth the tier uses for that chunk size
 //          (io_uring, kept full the whole time). Gets are cold: O_DIRECT bypasses the page
-//          cache on both sides. Then op "verify": the tier's chunk checksum (xxh3, the widest
-//          build this CPU runs) vs Debian's libxxhash xxh3 over the same cold chunks.
+//          cache on both sides. The sides (and batch_*: the same raw IO drained every
+//          batch_chunks, as the tier's calls are) take turns in 8 MiB slices, so that they meet
+//          a drifting device alike. Then op "verify": the tier's chunk checksum (xxh3, the
+//          widest build this CPU runs) vs Debian's libxxhash xxh3 over the same cold chunks.
 //   redis  RedisTier put/get (records, pipelined, pooled) vs pipelined SET/GET of the same
 //          sizes straight to Redis over one hiredis connection.
-// Rows: bench, tier, op, chunk_bytes, chunks, kvtier_gbps, baseline_gbps, ratio, baseline
-// (disk rows add queue_depth and io).
+// Rows: bench, tier, op, chunk_bytes, chunks, kvtier_gbps, baseline_gbps, ratio, baseline;
+// disk put/get rows add queue_depth, batch_chunks, batch_baseline_gbps, batch_ratio and io,
+// verify rows add kernel.
 #pragma once
 
 #include <cstddef>
