@@ -10,8 +10,11 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 
+#include <atomic>
 #include <cstddef>
 #include <fstream>
+#include <random>
+#include <thread>
 
 #include "disk_test_util.h"
 #include "support/temp_dir.h"
@@ -282,6 +285,58 @@ TEST_P(DiskTierTest, RemovesTheOneFilePerChunkLayoutOfEarlierVersions) {
   std::ofstream(legacy / "ab000000000000000000000000000002.kvc.tmp.1.1") << "torn";
   auto tier = open(64 << 20);
   EXPECT_FALSE(std::filesystem::exists(legacy));
+}
+
+TEST_P(DiskTierTest, ThreadsPuttingAndGettingWhileItEvictsAndCompactsSeeOnlyWholeChunks) {
+  // Four segments of 1 MiB; 4 threads over 120 keys (about twice what fits), a third of them
+  // read far more often than the rest, so eviction and compaction run all the time.
+  constexpr uint64_t kCapacity = 4 << 20;
+  auto tier = open(kCapacity);
+  std::atomic<uint64_t> hits{0};
+  std::atomic<bool> wrong{false};
+  std::vector<std::thread> threads;
+  for (uint64_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      std::vector<std::byte> out(kChunk);
+      for (int op = 0; op < 400; ++op) {
+        const uint64_t id = rng() % 3 == 0 ? rng() % 120 : rng() % 40;
+        const ChunkKey k = disk_key(id);
+        if (rng() % 2 == 0) {
+          const std::vector<std::byte> c = chunk_bytes(id, kChunk);
+          const std::span<const std::byte> s(c);
+          Result<std::vector<ChunkStatus>> r =
+              tier->put(std::span(&k, 1), std::span(&s, 1), kTimeout);
+          if (!r || (*r)[0] != ChunkStatus::kOk) wrong = true;
+        } else {
+          const std::span<std::byte> d(out);
+          Result<std::vector<ChunkStatus>> r =
+              tier->get(std::span(&k, 1), std::span(&d, 1), kTimeout);
+          if (!r || ((*r)[0] != ChunkStatus::kOk && (*r)[0] != ChunkStatus::kMiss)) wrong = true;
+          if (r && (*r)[0] == ChunkStatus::kOk) {
+            ++hits;
+            if (!has_pattern(out.data(), kChunk, id)) wrong = true;
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_FALSE(wrong);
+  EXPECT_GT(hits, 0u);
+  EXPECT_GT(tier->evictions(), 0u);
+  EXPECT_GT(tier->compactions(), 0u);
+  EXPECT_LE(segment_file_bytes(dir_.path()), kCapacity);
+  // Every chunk it still holds is whole, now and after a restart.
+  std::vector<uint64_t> held;
+  for (uint64_t id = 0; id < 120; ++id) {
+    if ((*tier->contains(std::vector{disk_key(id)}, kTimeout))[0]) held.push_back(id);
+  }
+  ASSERT_FALSE(held.empty());
+  for (uint64_t id : held) EXPECT_EQ(get_one(*tier, id, kChunk), ChunkStatus::kOk) << id;
+  tier.reset();
+  auto reopened = open(kCapacity);
+  for (uint64_t id : held) EXPECT_EQ(get_one(*reopened, id, kChunk), ChunkStatus::kOk) << id;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DiskTierTest, ::testing::Values(DiskIo::kAuto, DiskIo::kThreads),

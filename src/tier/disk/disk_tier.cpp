@@ -344,16 +344,19 @@ Status DiskTier::rebuild_index() {
     disk_bytes_ += segment->bytes;
     next_segment_id_ = std::max(next_segment_id_, segment->id + 1);
   }
-  // In sequence order, so the newest record of a key wins and ends most recent.
+  // In sequence order, so the newest record of a key wins and ends most recent. Every segment
+  // is pinned meanwhile: one whose records so far were all superseded is not empty yet.
+  for (const SegmentPtr& segment : found) ++segment->pending;
   for (const Found& f : records) {
     insert_locked(f.record.header.key, f.segment, f.record.offset, f.record.header.payload_bytes);
     seq_ = std::max(seq_, f.record.header.seq);
   }
+  for (const SegmentPtr& segment : found) --segment->pending;
   // Appends continue after the last record of the newest segment.
   if (!found.empty()) {
     const SegmentPtr& last = found.back();
     const uint64_t end = scans.back().end;
-    if (!last->retired && end + 2 * kIoAlign <= last->bytes) {
+    if (end + 2 * kIoAlign <= last->bytes) {
       last->write_off = end;
       active_ = last;
     }
