@@ -315,7 +315,10 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
   const std::filesystem::path parent =
       o.disk_dir.empty() ? std::filesystem::temp_directory_path() : o.disk_dir;
   for (size_t chunk_bytes : o.chunk_bytes) {
-    const size_t count = std::max<size_t>(1, o.disk_total_bytes / chunk_bytes);
+    const size_t total = o.disk_total_bytes > 0 ? o.disk_total_bytes
+                         : o.total_given        ? o.total_bytes
+                                                : size_t{512} << 20;
+    const size_t count = std::max<size_t>(1, total / chunk_bytes);
     double put = 1e30, get = 1e30, write = 1e30, read = 1e30, verify = 1e30, debian = 1e30;
     double batch_write = 1e30, batch_read = 1e30;
     size_t depth = 0;

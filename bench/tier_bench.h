@@ -24,9 +24,10 @@ namespace kvtier::bench {
 
 struct TierBenchOptions {
   bool json = false;
-  size_t total_bytes = size_t{32} << 20;        // moved per Redis measurement
-  size_t disk_total_bytes = size_t{512} << 20;  // moved per disk measurement
-  int repeat = 3;                               // measurements per side; the best of each is kept
+  size_t total_bytes = size_t{32} << 20;  // moved per measurement
+  bool total_given = false;               // total_bytes was asked for: the disk moves it too
+  size_t disk_total_bytes = 0;  // moved per disk measurement; 0: as said above, or 512 MiB
+  int repeat = 3;               // measurements per side; the best of each is kept
   std::vector<size_t> chunk_bytes = {64 << 10, 256 << 10, 512 << 10, 2 << 20};
   std::string redis_url;           // empty: start a redis-server of our own
   std::filesystem::path disk_dir;  // empty: a temporary directory

@@ -56,9 +56,10 @@ Action add_bench_command(CLI::App& app) {
           "--total-mib",
           [tier_options](const CLI::results_t& r) {
             tier_options->total_bytes = std::stoul(r[0]) << 20;
+            tier_options->total_given = true;
             return true;
           },
-          "MiB moved per Redis measurement (default 32)")
+          "MiB moved per measurement (default 32; the disk tier 512)")
       ->check(CLI::Range(1, 4096));
   tiers
       ->add_option(
@@ -67,7 +68,7 @@ Action add_bench_command(CLI::App& app) {
             tier_options->disk_total_bytes = std::stoul(r[0]) << 20;
             return true;
           },
-          "MiB moved per disk measurement (default 512)")
+          "MiB moved per disk tier measurement (default: --total-mib if given, else 512)")
       ->check(CLI::Range(1, 65536));
   tiers
       ->add_option("--repeat", tier_options->repeat, "Measurements per side; best kept (default 3)")
