@@ -824,7 +824,7 @@ void DiskTier::maybe_compact(TimePoint deadline) {
       ++count;
     }
     if (buffers.size() < count) buffers.resize(count);
-    std::vector<bool> intact(count, false);
+    std::vector<uint8_t> intact(count, 0);  // bytes: completions may run on several threads
     uint64_t largest = 0;
     for (size_t i = 0; i < count; ++i) {
       buffers[i].reserve(segment_record_bytes(live[first + i].payload_bytes));
