@@ -20,14 +20,15 @@
 // below compact_below is compacted: its live records are read, verified and appended to the
 // new segment, and the file is deleted.
 //
-// IO: each call takes one of `io_threads` io_uring rings and keeps up to queue_depth requests in
-// flight; a read's checksum is verified while the next reads are in flight. Caller buffers the
-// device can DMA to (aligned as statx's STATX_DIOALIGN says: 4 bytes on NVMe, 512 on virtio-blk,
-// 4 KiB when unknown) are read into / written from directly; others go through aligned bounce
-// buffers. Where io_uring is unavailable (seccomp, io_uring_disabled, an old
-// kernel) the tier says so on stderr and in io_description(), and uses `io_threads` threads with
-// preadv/pwritev instead. Where O_DIRECT is unsupported (some file systems) it uses the page
-// cache, also said there.
+// IO: each call takes one of `io_threads` io_uring rings and keeps up to queue_depth requests
+// (at most 16 MiB) in flight, submitted in groups of 1 MiB. A read's checksum is verified while
+// the next reads are in flight; reads that complete together are verified in parallel on a small
+// helper pool. Caller buffers the device can DMA to (aligned as statx's STATX_DIOALIGN says: 4
+// bytes on NVMe, 512 on virtio-blk, 4 KiB when unknown) are read into / written from directly;
+// others go through aligned bounce buffers. Where io_uring is unavailable (seccomp,
+// io_uring_disabled, an old kernel) the tier says so on stderr and in io_description(), and uses
+// `io_threads` threads with preadv/pwritev instead. Where O_DIRECT is unsupported (some file
+// systems) it uses the page cache, also said there.
 //
 // Timeouts: when a call's timeout passes, keys whose IO has not started are not started and the
 // call returns kDeadlineExceeded; IO already submitted is waited for (it uses the caller's
