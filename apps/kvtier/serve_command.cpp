@@ -21,7 +21,7 @@ struct ServeFlags {
   std::optional<uint32_t> port;
   std::optional<uint32_t> engine_cores;
   std::optional<uint32_t> world_size;
-  std::optional<std::string> cache_mode;
+  std::optional<CacheMode> cache_mode;
   std::optional<std::string> cache_server;
 };
 
@@ -114,10 +114,16 @@ Action add_serve_command(CLI::App& app) {
                     "Tensor-parallel worker processes per engine core; must divide "
                     "model.kv_heads and model.mlp_dim (engine.world_size)")
       ->check(CLI::Range(1, 64));
-  serve->add_option("--cache-mode", flags->cache_mode,
-                    "Where offloaded KV goes: local (an in-process host cache, the default) or "
-                    "server (kvtierd at --cache-server) (cache.mode)")
-      ->check(CLI::IsMember({"local", "server"}));
+  serve
+      ->add_option_function<std::string>(
+          "--cache-mode",
+          [flags](const std::string& name) { flags->cache_mode = parse_cache_mode(name).value(); },
+          "Where offloaded KV goes: local (an in-process host cache, the default) or "
+          "server (kvtierd at --cache-server) (cache.mode)")
+      ->check([](const std::string& name) {
+        const Result<CacheMode> mode = parse_cache_mode(name);
+        return mode ? std::string() : mode.error().message;
+      });
   serve->add_option("--cache-server", flags->cache_server,
                     "kvtierd's ZeroMQ endpoint for --cache-mode server, e.g. tcp://127.0.0.1:5557 "
                     "(server.endpoint)");

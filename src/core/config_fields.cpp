@@ -90,7 +90,7 @@ const std::vector<Field>& config_fields() {
         cache.field("shm_name", &CacheConfig::shm_name, text(),
                     "Name of the POSIX shared-memory object that backs the host pool; empty for "
                     "anonymous memory."),
-        cache.field("mode", &CacheConfig::mode, one_of({"local", "server"}),
+        cache.field("mode", &CacheConfig::mode, cache_mode(),
                     "Where the worker keeps offloaded chunks: an in-process host pool (local), or "
                     "a kvtierd cache server at server.endpoint (server)."),
         connector.field("enabled", &ConnectorConfig::enabled, boolean(),
@@ -195,7 +195,7 @@ const std::vector<Field>& config_fields() {
         faults.field("record_failure_rate", &FaultsConfig::record_failure_rate, fraction(),
                      "Share of copy batches whose end marker cannot be recorded: Unprovable, the "
                      "engine fail-stops. (F7, H4)"),
-        faults.field("direction", &FaultsConfig::direction, one_of({"both", "load", "store"}),
+        faults.field("direction", &FaultsConfig::direction, fault_direction(),
                      "Which copies draw the faults above: loads (host to device), stores "
                      "(device to host), or both."),
         server.field("endpoint", &ServerConfig::endpoint, text(),

@@ -37,11 +37,20 @@ struct TransferConfig {
   bool operator==(const TransferConfig&) const = default;
 };
 
+// cache.mode: where offloaded chunks live. The text is the value's name ("local", "server").
+enum class CacheMode {
+  kLocal,   // "local": an in-process host pool
+  kServer,  // "server": kvtierd, the cache server at server.endpoint
+};
+std::string_view to_string(CacheMode mode);
+// kInvalidArgument listing the names for any other text.
+Result<CacheMode> parse_cache_mode(std::string_view name);
+
 struct CacheConfig {
   uint64_t host_bytes = uint64_t{1} << 30;
   std::string eviction = "lru";  // a name make_eviction_policy() accepts: "lru" | "arc"
   std::string shm_name;          // empty: anonymous memory
-  std::string mode = "local";    // "local": in-process host pool | "server": kvtierd
+  CacheMode mode = CacheMode::kLocal;
 
   bool operator==(const CacheConfig&) const = default;
 };
@@ -87,6 +96,16 @@ struct EngineConfig {
   bool operator==(const EngineConfig&) const = default;
 };
 
+// faults.direction: which copies draw injected faults ("both", "load", "store").
+enum class FaultDirection {
+  kBoth,
+  kLoad,   // host to device
+  kStore,  // device to host
+};
+std::string_view to_string(FaultDirection direction);
+// kInvalidArgument listing the names for any other text.
+Result<FaultDirection> parse_fault_direction(std::string_view name);
+
 // Device faults the engine's workers inject into their own copies (tests and demos).
 struct FaultsConfig {
   uint32_t seed = 1;
@@ -94,7 +113,7 @@ struct FaultsConfig {
   double latched_error_rate = 0;
   double delay_rate = 0;
   double record_failure_rate = 0;  // Unprovable: the engine fail-stops (F7, H4)
-  std::string direction = "both";  // "both" | "load" | "store": which copies draw faults
+  FaultDirection direction = FaultDirection::kBoth;
 
   bool operator==(const FaultsConfig&) const = default;
 };
