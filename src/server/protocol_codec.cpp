@@ -11,6 +11,9 @@ namespace {
 
 constexpr std::string_view kOpNames[] = {"REGISTER", "UNREGISTER", "LOOKUP", "STORE",   "RETRIEVE",
                                          "RELEASE",  "PING",       "STATS",  "SHUTDOWN"};
+// Indexed by TestHook.
+constexpr std::string_view kHookNames[] = {
+    "", "throw", "stall", "no_reply", "hang_copies", "fail_copies", "fail_partway"};
 
 // A decode failure: "<code>: <what>".
 std::unexpected<Error> bad(std::string_view code, std::string what) {
@@ -130,6 +133,14 @@ Result<KvGroup> decode_group(const msgpack::object& o) {
                              });
   if (!st) return std::unexpected(st.error());
   return g;
+}
+
+Result<TestHook> decode_hook(const msgpack::object& o) {
+  auto name = as_str(o, "hook", 64);
+  if (!name) return std::unexpected(name.error());
+  auto hook = parse_test_hook(*name);
+  if (!hook) return bad(codes::kInvalidArgument, "unknown test hook '" + *name + "'");
+  return *hook;
 }
 
 Result<KvLayout> decode_layout(const msgpack::object& o) {
@@ -261,6 +272,17 @@ std::optional<Op> parse_op(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view to_string(TestHook hook) {
+  return kHookNames[static_cast<size_t>(hook)];
+}
+
+std::optional<TestHook> parse_test_hook(std::string_view name) {
+  for (size_t i = 0; i < std::size(kHookNames); ++i) {
+    if (kHookNames[i] == name) return static_cast<TestHook>(i);
+  }
+  return std::nullopt;
+}
+
 uint64_t Reply::field(std::string_view name, uint64_t fallback) const {
   auto it = fields.find(std::string(name));
   return it == fields.end() ? fallback : it->second;
@@ -328,9 +350,9 @@ Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLim
                                  if (!s) return std::unexpected(s.error());
                                  op_name = std::move(*s);
                                } else if (key == "hook") {
-                                 auto s = as_str(v, key, 64);
-                                 if (!s) return std::unexpected(s.error());
-                                 r.hook = std::move(*s);
+                                 auto hook = decode_hook(v);
+                                 if (!hook) return std::unexpected(hook.error());
+                                 r.hook = *hook;
                                } else if (key == "rank") {
                                  auto n = as_uint(v, key, UINT32_MAX);
                                  if (!n) return std::unexpected(n.error());

@@ -137,12 +137,12 @@ Status Server::run() {
       answer(client, Reply::error(id, code, message));
       return;
     }
-    if (!request->hook.empty() && !options_.test_hooks) {
+    if (request->hook != TestHook::kNone && !options_.test_hooks) {
       answer(client, Reply::error(id, codes::kInvalidArgument,
                                   "test hooks are disabled (start kvtierd with --test-hooks)"));
       return;
     }
-    if (request->op == Op::kPing && request->hook.empty()) {
+    if (request->op == Op::kPing && request->hook == TestHook::kNone) {
       ++counters.pings;
       Reply pong;
       pong.id = id;

@@ -70,6 +70,25 @@ TEST(ProtocolCodec, RegisterRoundTrip) {
   EXPECT_EQ(out->memory.groups.at(0).offsets, (std::vector<uint64_t>{0, 2048}));
 }
 
+TEST(ProtocolCodec, TestHooksTravelByNameAndUnknownNamesAreInvalid) {
+  Request in = store_request();
+  in.hook = TestHook::kFailPartway;
+  auto out = decode_request(as_bytes(encode_request(in)), DecodeLimits{});
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(out->hook, TestHook::kFailPartway);
+  EXPECT_EQ(to_string(TestHook::kFailPartway), "fail_partway");
+  EXPECT_EQ(parse_test_hook("no_reply"), TestHook::kNoReply);
+  EXPECT_EQ(parse_test_hook(""), TestHook::kNone);
+  const auto hooked = [](std::string name) {
+    return frame(1, "1", "PING", 1, [name](auto& pk) { pk.pack("hook"), pk.pack(name); });
+  };
+  auto stall = decode_request(as_bytes(hooked("stall")), DecodeLimits{});
+  ASSERT_TRUE(stall) << stall.error().message;
+  EXPECT_EQ(stall->hook, TestHook::kStall);
+  EXPECT_EQ(error_code(decode_request(as_bytes(hooked("frob")), DecodeLimits{})),
+            codes::kInvalidArgument);
+}
+
 TEST(ProtocolCodec, ReplyRoundTripBoundsTheMessage) {
   Reply in = Reply::error(9, codes::kInternal, std::string(1000, 'x'));
   auto out = decode_reply(as_bytes(encode_reply(in)));
