@@ -35,6 +35,11 @@ SchedulerConnector::SchedulerConnector(SchedulerOptions options, CacheManager& c
       cache_(*local_index_),
       clock_(clock) {
   init();
+  if (cache.slot_bytes() < options_.layout.max_chunk_bytes()) {
+    throw std::invalid_argument("SchedulerConnector: host slots of " +
+                                std::to_string(cache.slot_bytes()) + " bytes cannot hold a chunk of " +
+                                std::to_string(options_.layout.max_chunk_bytes()));
+  }
 }
 
 SchedulerConnector::SchedulerConnector(SchedulerOptions options, CacheIndex& index,
@@ -51,11 +56,6 @@ void SchedulerConnector::init() {
   }
   if (options_.job_timeout <= Duration::zero()) {
     throw std::invalid_argument("SchedulerConnector: job_timeout must be > 0");
-  }
-  if (cache_.slot_bytes() < options_.layout.max_chunk_bytes()) {
-    throw std::invalid_argument("SchedulerConnector: host slots of " +
-                                std::to_string(cache_.slot_bytes()) + " bytes cannot hold a chunk of " +
-                                std::to_string(options_.layout.max_chunk_bytes()));
   }
   store_reading_.resize(options_.layout.groups.size());
   align_tokens_ = 1;
@@ -242,7 +242,6 @@ void SchedulerConnector::update_state_after_alloc(const RequestId& request,
   }
   for (size_t i = 0; i < transfer.chunks.size(); ++i) transfer.chunks[i].slot = (*slots)[i];
   transfer.keys = job->keys;
-  cache_.touch(job->keys);  // used again: the most recently used keep their slots longest
   for (const ChunkKey& k : job->keys) ++being_loaded_[k];
   r.load = job->id;
   ++counters_.jobs_issued;
@@ -372,10 +371,11 @@ void SchedulerConnector::request_preempted(const RequestId& request) {
   r.next_store_tokens = 0;
 }
 
-void SchedulerConnector::reset_cache() {
-  cache_.reset();
+Status SchedulerConnector::reset_cache() {
+  if (Status s = cache_.reset(); !s) return s;
   ++epoch_;
   lookups_seen_.clear();
+  return {};
 }
 
 void SchedulerConnector::fail_stop(std::string reason, StepOutcome& out) {

@@ -11,6 +11,7 @@ std::string_view to_string(ErrorCode code) {
     case ErrorCode::kDeviceFault: return "device_fault";
     case ErrorCode::kDeadlineExceeded: return "deadline_exceeded";
     case ErrorCode::kUnavailable: return "unavailable";
+    case ErrorCode::kUnimplemented: return "unimplemented";
     case ErrorCode::kInternal: return "internal";
   }
   return "unknown";

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "kvtier/cache/cache_manager.h"
+#include "kvtier/connector/local_worker_connector.h"
 #include "kvtier/connector/scheduler_connector.h"
-#include "kvtier/connector/worker_connector.h"
 #include "kvtier/device/fault_injecting_device.h"
 #include "kvtier/device/host_device.h"
 #include "support/byte_pattern.h"
@@ -111,7 +111,7 @@ class Rank {
     slots = HostSlots{fault.register_host(host_memory, slot_bytes * o.num_slots), slot_bytes,
                       o.num_slots};
     compute = fault.create_stream();
-    worker = std::make_unique<WorkerConnector>(rank);
+    worker = std::make_unique<LocalWorkerConnector>(rank);
     worker->register_kv_caches(fault, layout, caches, slots, compute, o.transfer, clock);
   }
 
@@ -157,7 +157,7 @@ class Rank {
   std::byte* host_memory = nullptr;
   HostSlots slots;
   StreamHandle compute;
-  std::unique_ptr<WorkerConnector> worker;
+  std::unique_ptr<LocalWorkerConnector> worker;
 };
 
 enum class SimState { kWaiting, kLoading, kRunning, kFinishing, kAborted };

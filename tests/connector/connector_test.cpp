@@ -121,7 +121,7 @@ TEST(Connector, BadCallsAreErrors) {
   EXPECT_THROW(s.update_state_after_alloc("nobody", {}, 4), std::invalid_argument);
   WorkerOutput from_rank_3{.rank = 3};
   EXPECT_THROW(s.update_from_worker_output(std::span(&from_rank_3, 1)), std::invalid_argument);
-  WorkerConnector w(0);
+  LocalWorkerConnector w(0);
   EXPECT_THROW(w.start_load({}), std::logic_error);
 }
 

@@ -1,6 +1,8 @@
 // SchedulerConnector: the scheduler side of the engine contract. It drives the host cache's
-// index (a CacheManager in-process, or any CacheIndex, e.g. kvtierd's), decides per step which chunks every rank loads and stores, and turns
-// the ranks' per-job verdicts into published stores, recomputed loads and released leases.
+// index (a CacheManager in-process, or any CacheIndex, e.g. kvtierd's RemoteCacheIndex), decides
+// per step which chunks every rank loads and stores, and turns the ranks' per-job verdicts into
+// published stores, recomputed loads and released leases. ConnectorFactory
+// (connector_factory.h) builds it over the index the config asks for.
 //
 // Each step the engine's scheduler calls, in order:
 //   get_num_new_matched_tokens(request, num_computed)  for a request it considers scheduling
@@ -120,7 +122,7 @@ struct ConnectorCounters {
 
 class SchedulerConnector {
  public:
-  // The in-process host cache.
+  // The in-process host cache; its slots must hold a chunk (std::invalid_argument).
   SchedulerConnector(SchedulerOptions options, CacheManager& cache,
                      const Clock& clock = SteadyClock::instance());
   // Any index; `index` outlives the connector.
@@ -158,13 +160,16 @@ class SchedulerConnector {
   void request_preempted(const RequestId& request);
 
   // Drops every readable unpinned chunk. Stores in flight are not published when they end.
-  void reset_cache();
+  // An index that cannot drop its chunks (kvtierd's) returns its error and nothing changes.
+  Status reset_cache();
 
   std::vector<CacheEvent> take_events() { return cache_.take_events(); }
+  // H7: the index's reason it is degraded (kvtierd unreachable, a tier down), or nullopt.
+  std::optional<std::string> degraded() const { return cache_.degraded(); }
   bool fail_stopped() const { return !fail_stop_reason_.empty(); }
   const std::string& fail_stop_reason() const { return fail_stop_reason_; }
   ConnectorCounters counters() const;
-  // F12 at quiescence: no job in flight, no key being loaded, and the cache manager's audit.
+  // F12 at quiescence: no job in flight, no key being loaded, and the index's audit.
   Status audit() const;
 
  private:

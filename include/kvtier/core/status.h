@@ -17,6 +17,7 @@ enum class ErrorCode {
   kDeviceFault,        // a device reported a fault (soft: degrades the cache)
   kDeadlineExceeded,   // a deadline passed
   kUnavailable,        // a tier or server cannot be reached
+  kUnimplemented,      // this implementation of an interface does not offer the operation
   kInternal,           // should not happen; carries context for a bug report
 };
 

@@ -1,5 +1,5 @@
-// A real kvtierd (`kvtier server`) sized for one rank's KV layout, and the engine config that
-// points at it (`cache.mode: server`).
+// A real kvtierd (`kvtier server`) sized for one rank's KV layout, and the config that points
+// the connector at it (`cache.mode: server`). Used by the connector's and the engine's tests.
 #pragma once
 
 #include <memory>
@@ -32,7 +32,7 @@ inline std::unique_ptr<KvtierdProcess> start_kvtierd(const KvGroup& g, const std
 }
 
 inline Config server_mode(Config c, const std::string& endpoint) {
-  c.cache.mode = "server";
+  c.cache.mode = CacheMode::kServer;
   c.server.endpoint = endpoint;
   c.server.heartbeat_interval_s = kServerHeartbeatS;
   c.server.connect_timeout_s = 10;
