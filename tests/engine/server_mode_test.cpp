@@ -1,12 +1,13 @@
 // `cache.mode: server`: the engine core and its workers use a real kvtierd (`kvtier server`)
-// instead of the in-process host cache.
+// instead of the in-process host cache, through the connector's remote sides
+// (ConnectorFactory: RemoteCacheIndex, RemoteWorkerConnector).
 #include <gtest/gtest.h>
 
 #include <memory>
 
+#include "connector/kvtierd_for_connector.h"
 #include "engine/core_process_harness.h"
 #include "engine/engine_runs.h"
-#include "engine/kvtierd_for_engine.h"
 
 namespace kvtier::testing {
 namespace {

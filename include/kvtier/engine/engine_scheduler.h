@@ -62,8 +62,6 @@ struct EngineCounters {
   size_t waiting = 0;
 };
 
-class ServerCacheIndex;
-
 class EngineScheduler {
  public:
   EngineScheduler(const Config& config, const EngineShape& shape);
@@ -88,8 +86,8 @@ class EngineScheduler {
   EngineCounters counters() const;
   std::optional<ConnectorCounters> connector_counters() const;
   std::optional<CacheCounters> cache_counters() const;
-  // H7: what of the cache is down (`cache.mode: server`: kvtierd unreachable); empty when all
-  // is well.
+  // H7: what of the cache is down (`cache.mode: server`: kvtierd unreachable, a tier below it
+  // down); empty when all is well.
   std::vector<std::string> degraded() const;
 
  private:
@@ -108,8 +106,9 @@ class EngineScheduler {
   const Config config_;
   const EngineShape shape_;
   BlockPool blocks_;
-  std::unique_ptr<CacheManager> cache_;               // cache.mode: local
-  std::unique_ptr<ServerCacheIndex> server_index_;  // cache.mode: server
+  // The connector's scheduler side (ConnectorFactory); all null when connector.enabled is false.
+  std::unique_ptr<CacheManager> cache_;  // cache.mode: local
+  std::unique_ptr<CacheIndex> index_;
   std::unique_ptr<SchedulerConnector> connector_;
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;

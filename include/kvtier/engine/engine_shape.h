@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kvtier/connector/connector_factory.h"
 #include "kvtier/core/config.h"
 #include "kvtier/engine/model_config.h"
 
@@ -23,6 +24,9 @@ struct EngineShape {
 // Throws std::invalid_argument naming the field when the sections do not fit together (the
 // model does not split over world_size, a host cache smaller than one chunk per rank, …).
 EngineShape engine_shape(const Config& config);
+
+// What the connector's factory needs of the shape (the same in the engine core and every rank).
+ConnectorShape connector_shape(const EngineShape& shape);
 
 // ZeroMQ endpoints in the run dir (docs/engine.md).
 std::string frontend_endpoint(const std::string& run_dir);

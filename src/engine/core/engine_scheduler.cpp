@@ -1,7 +1,5 @@
 #include "kvtier/engine/engine_scheduler.h"
 
-#include "server_cache_index.h"
-
 #include <algorithm>
 #include <stdexcept>
 
@@ -25,19 +23,10 @@ struct EngineScheduler::Request {
 
 EngineScheduler::EngineScheduler(const Config& config, const EngineShape& shape)
     : config_(config), shape_(shape), blocks_(shape.device_blocks) {
-  if (config.connector.enabled && config.cache.mode == "server") {
-    server_index_ = std::make_unique<ServerCacheIndex>(config, shape);
-    connector_ = std::make_unique<SchedulerConnector>(
-        scheduler_options(config, shape.world_size, shape.layout, shape.model_id), *server_index_);
-  } else if (config.connector.enabled) {
-    Result<std::unique_ptr<EvictionPolicy>> policy =
-        make_eviction_policy(config.cache.eviction, shape.host_slots);
-    if (!policy) throw std::invalid_argument(policy.error().message);
-    cache_ = std::make_unique<CacheManager>(shape.host_slots, shape.layout.max_chunk_bytes(),
-                                            std::move(*policy));
-    connector_ = std::make_unique<SchedulerConnector>(
-        scheduler_options(config, shape.world_size, shape.layout, shape.model_id), *cache_);
-  }
+  SchedulerSide side = ConnectorFactory(config, connector_shape(shape)).scheduler_side();
+  cache_ = std::move(side.cache);
+  index_ = std::move(side.index);
+  connector_ = std::move(side.connector);
 }
 
 EngineScheduler::~EngineScheduler() = default;
@@ -345,8 +334,8 @@ std::optional<ConnectorCounters> EngineScheduler::connector_counters() const {
 
 std::vector<std::string> EngineScheduler::degraded() const {
   std::vector<std::string> out;
-  if (server_index_) {
-    if (auto reason = server_index_->degraded()) out.push_back(std::move(*reason));
+  if (connector_) {
+    if (auto reason = connector_->degraded()) out.push_back(std::move(*reason));
   }
   return out;
 }

@@ -39,6 +39,13 @@ EngineShape engine_shape(const Config& config) {
   return shape;
 }
 
+ConnectorShape connector_shape(const EngineShape& shape) {
+  return ConnectorShape{.world_size = shape.world_size,
+                        .layout = shape.layout,
+                        .model = shape.model_id,
+                        .host_slots = shape.host_slots};
+}
+
 std::string frontend_endpoint(const std::string& run_dir) { return "ipc://" + run_dir + "/frontend.ipc"; }
 std::string core_endpoint(const std::string& run_dir, uint32_t core) {
   return "ipc://" + run_dir + "/core-" + std::to_string(core) + ".ipc";
