@@ -36,9 +36,9 @@ SchedulerConnector::SchedulerConnector(SchedulerOptions options, CacheManager& c
       clock_(clock) {
   init();
   if (cache.slot_bytes() < options_.layout.max_chunk_bytes()) {
-    throw std::invalid_argument("SchedulerConnector: host slots of " +
-                                std::to_string(cache.slot_bytes()) + " bytes cannot hold a chunk of " +
-                                std::to_string(options_.layout.max_chunk_bytes()));
+    throw std::invalid_argument(
+        "SchedulerConnector: host slots of " + std::to_string(cache.slot_bytes()) +
+        " bytes cannot hold a chunk of " + std::to_string(options_.layout.max_chunk_bytes()));
   }
 }
 

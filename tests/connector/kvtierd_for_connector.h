@@ -19,15 +19,15 @@ inline std::unique_ptr<KvtierdProcess> start_kvtierd(const KvGroup& g, const std
                                                      bool test_hooks = false) {
   return std::make_unique<KvtierdProcess>(
       endpoint,
-      std::vector<std::string>{
-          "layout.layers=" + std::to_string(g.layers), "layout.kv_heads=" + std::to_string(g.kv_heads),
-          "layout.head_dim=" + std::to_string(g.head_dim),
-          "layout.dtype_bytes=" + std::to_string(g.dtype_bytes),
-          "layout.block_size=" + std::to_string(g.block_size),
-          "layout.blocks_per_chunk=" + std::to_string(g.blocks_per_chunk),
-          "cache.host_bytes=" + std::to_string(64ull << 20),
-          "server.heartbeat_interval_s=" + std::to_string(kServerHeartbeatS),
-          "server.client_timeout_s=2"},
+      std::vector<std::string>{"layout.layers=" + std::to_string(g.layers),
+                               "layout.kv_heads=" + std::to_string(g.kv_heads),
+                               "layout.head_dim=" + std::to_string(g.head_dim),
+                               "layout.dtype_bytes=" + std::to_string(g.dtype_bytes),
+                               "layout.block_size=" + std::to_string(g.block_size),
+                               "layout.blocks_per_chunk=" + std::to_string(g.blocks_per_chunk),
+                               "cache.host_bytes=" + std::to_string(64ull << 20),
+                               "server.heartbeat_interval_s=" + std::to_string(kServerHeartbeatS),
+                               "server.client_timeout_s=2"},
       test_hooks);
 }
 

@@ -78,7 +78,8 @@ TEST_F(KvtierdFaultTest, F11_HandlerThatThrowsStillGetsOneErrorReply) {
   EXPECT_NE(reply.error().message.find("handler raised"), std::string::npos);
   // A throwing handler of a transfer: the future is Failed (an error reply), not Unprovable.
   TransferResult r =
-      client->store(1, 0, test_keys(1, 1), consecutive_blocks(0, 1, 4), server::TestHook::kThrow).get();
+      client->store(1, 0, test_keys(1, 1), consecutive_blocks(0, 1, 4), server::TestHook::kThrow)
+          .get();
   EXPECT_EQ(r.outcome, Outcome::kFailed) << r.error;
   EXPECT_EQ(stat(*client, "handler_errors"), 2u);  // and the server keeps serving
   EXPECT_EQ(stat(*client, "slots_pending"), 0u);   // F12: the failed request held nothing
@@ -195,7 +196,8 @@ TEST_F(KvtierdFaultTest, F8_ServerThatNeverRepliesIsUnprovableAtTheDeadlineNotBe
   options.transfer_deadline = 400ms;
   auto client = connect(region, options);
   const auto submitted = std::chrono::steady_clock::now();
-  auto store = client->store(1, 0, test_keys(60, 1), consecutive_blocks(0, 1, 4), server::TestHook::kNoReply);
+  auto store = client->store(1, 0, test_keys(60, 1), consecutive_blocks(0, 1, 4),
+                             server::TestHook::kNoReply);
   ASSERT_TRUE(ready_within(store, 3s));
   const auto resolved = std::chrono::steady_clock::now();
   TransferResult r = store.get();
