@@ -1,13 +1,14 @@
 #include "workload_bench.h"
 
 #include <dirent.h>
+#include <httplib.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -56,7 +57,8 @@ class Server {
     }
     if (port_ == 0) throw std::runtime_error("kvtier serve did not print its port");
     // Ready once /health answers 200.
-    while (BenchClock::now() < deadline && health() != 200) std::this_thread::sleep_for(milliseconds(20));
+    while (BenchClock::now() < deadline && health() != 200)
+      std::this_thread::sleep_for(milliseconds(20));
   }
 
   ~Server() {
@@ -84,6 +86,7 @@ class Server {
     const nlohmann::json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
     std::string pending, text;
     std::optional<double> ttft;
+    bool failed = false;  // an SSE `error` event
     const auto t0 = BenchClock::now();
     httplib::Request req;
     req.method = "POST";
@@ -92,9 +95,11 @@ class Server {
     req.set_header("Content-Type", "application/json");
     req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
       pending.append(data, size);
-      for (size_t end = pending.find("\n\n"); end != std::string::npos; end = pending.find("\n\n")) {
+      for (size_t end = pending.find("\n\n"); end != std::string::npos;
+           end = pending.find("\n\n")) {
         const std::string event = pending.substr(0, end);
         pending.erase(0, end + 2);
+        if (event.starts_with("event: error")) failed = true;
         if (!event.starts_with("data: ") || event == "data: [DONE]") continue;
         const auto j = nlohmann::json::parse(event.substr(6), nullptr, false);
         if (!j.is_object() || !j.contains("choices")) continue;
@@ -105,8 +110,9 @@ class Server {
       return true;
     };
     auto r = c.send(req);
-    if (!r || r->status != 200 || !ttft) {
-      throw std::runtime_error("completion failed: status " + std::to_string(r ? r->status : 0));
+    if (!r || r->status != 200 || !ttft || failed) {
+      throw std::runtime_error("completion failed: status " + std::to_string(r ? r->status : 0) +
+                               (failed ? " and an error event" : ""));
     }
     return {*ttft, text};
   }
@@ -122,18 +128,42 @@ class Server {
 };
 
 std::string document(std::mt19937_64& rng, size_t n) {
-  static const std::string words[] = {"cache ", "block ", "token ", "layer ", "prefix ", "host ",
-                                      "device ", "chunk ", "store ", "load "};
+  static const std::string words[] = {"cache ", "block ",  "token ", "layer ", "prefix ",
+                                      "host ",  "device ", "chunk ", "store ", "load "};
   std::string s;
   while (s.size() < n) s += words[rng() % 10];
   s.resize(n);
   return s;
 }
 
+// Sends every prompt, `concurrency` at a time; returns each output, or nullopt where the request
+// failed (its error is counted in `errors`).
+std::vector<std::optional<std::string>> run_concurrently(Server& server,
+                                                         const std::vector<std::string>& prompts,
+                                                         size_t max_tokens, size_t concurrency) {
+  std::vector<std::optional<std::string>> outputs(prompts.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> clients;
+  for (size_t c = 0; c < concurrency; ++c) {
+    clients.emplace_back([&] {
+      for (size_t i = next++; i < prompts.size(); i = next++) {
+        try {
+          outputs[i] = server.complete(prompts[i], max_tokens).second;
+        } catch (const std::exception&) {
+          outputs[i].reset();
+        }
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  return outputs;
+}
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
+  const size_t i =
+      std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
   return v[i];
 }
 
@@ -170,7 +200,8 @@ int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
         const std::string prompt = history[u] + "\nuser: " + document(rng, o.message_tokens);
         const auto [t_off, text_off] = off.complete(prompt, o.answer_tokens);
         const auto [t_on, text_on] = on.complete(prompt, o.answer_tokens);
-        if (text_on != text_off) throw std::runtime_error("outputs differ with the cache on and off");
+        if (text_on != text_off)
+          throw std::runtime_error("outputs differ with the cache on and off");
         // The first turn computes every document on both servers: not a returning user.
         if (turn > 0) {
           ttft_off.push_back(t_off);
@@ -195,6 +226,53 @@ int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
     std::cerr << "bench workload: " << e.what() << "\n";
     return 1;
   }
+  // Memory pressure (H8): device memory for about one and a half requests, 8 requests at a
+  // time over three shared documents; every request must complete, with the same output with
+  // the cache on and off.
+  try {
+    const size_t pressure_prompt = 2500;
+    const size_t pressure_blocks = (pressure_prompt + 64) * 3 / 2 / block;
+    std::mt19937_64 rng(11);
+    std::vector<std::string> documents;
+    for (int d = 0; d < 3; ++d) documents.push_back(document(rng, pressure_prompt));
+    std::vector<std::string> prompts;
+    for (uint32_t i = 0; i < o.pressure_requests; ++i) {
+      prompts.push_back(documents[i % 3] + "\nQ" + std::to_string(i) + ": what follows?");
+    }
+    std::vector<std::optional<std::string>> reference;
+    for (bool cache : {false, true}) {
+      auto s = sets(cache);
+      s.push_back("engine.device_blocks=" + std::to_string(pressure_blocks));
+      s.push_back("engine.request_timeout_s=120");  // a request that hangs counts as an error
+      Server server(exe, s);
+      const auto t0 = BenchClock::now();
+      const auto outputs = run_concurrently(server, prompts, 12, 8);
+      const double wall_s = ms_since(t0) / 1000;
+      const size_t completed = static_cast<size_t>(
+          std::ranges::count_if(outputs, [](const auto& text) { return text.has_value(); }));
+      if (!cache) reference = outputs;
+      const bool identical = outputs == reference;
+      emit(out, o.json,
+           nlohmann::ordered_json{{"bench", "workload_pressure"},
+                                  {"cache", cache ? "on" : "off"},
+                                  {"device_blocks", pressure_blocks},
+                                  {"concurrency", 8},
+                                  {"requests", prompts.size()},
+                                  {"completed", completed},
+                                  {"errors", prompts.size() - completed},
+                                  {"identical_to_cache_off", identical},
+                                  {"healthy_after", server.health() == 200},
+                                  {"wall_s", wall_s}});
+      if (completed != prompts.size() || !identical) {
+        throw std::runtime_error("memory pressure: " + std::to_string(completed) + " of " +
+                                 std::to_string(prompts.size()) + " requests completed" +
+                                 (identical ? "" : ", outputs differ with the cache on and off"));
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "bench workload: " << e.what() << "\n";
+    return 1;
+  }
   // H1/H2: from a worker's SIGKILL to the first 503.
   try {
     auto s = sets(true);
@@ -210,8 +288,9 @@ int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
     while (server.health() != 503) {
       if (ms_since(t0) > 10000) throw std::runtime_error("/health never answered 503");
     }
-    emit(out, o.json, nlohmann::ordered_json{{"bench", "workload_kill"}, {"kill_to_503_ms", ms_since(t0)},
-                                             {"target_ms", 100}});
+    emit(out, o.json,
+         nlohmann::ordered_json{
+             {"bench", "workload_kill"}, {"kill_to_503_ms", ms_since(t0)}, {"target_ms", 100}});
   } catch (const std::exception& e) {
     std::cerr << "bench workload: " << e.what() << "\n";
     return 1;

@@ -82,6 +82,9 @@ Action add_bench_command(CLI::App& app) {
   workload->add_option("--history-tokens", work->history_tokens,
                        "Tokens of the document each conversation starts with (default 8192)")
       ->check(CLI::Range(64, 65536));
+  workload->add_option("--pressure-requests", work->pressure_requests,
+                       "Requests of the memory-pressure case (default 40)")
+      ->check(CLI::Range(1, 10000));
   workload->add_option("--world-size", work->world_size, "Workers per engine core (default 1)")
       ->check(CLI::Range(1, 8));
   CLI::App* server = bench->add_subcommand(

@@ -184,6 +184,12 @@ const std::vector<Field>& config_fields() {
                      positive_seconds(), "Interval of the scheduler and worker loops' heartbeats."),
         engine.field("stall_timeout_s", &EngineConfig::stall_timeout_s, positive_seconds(),
                      "A loop silent this long is reported stalled: /health answers 503. (H6)"),
+        engine.field("progress_timeout_s", &EngineConfig::progress_timeout_s, positive_seconds(),
+                     "A running request that computes nothing this long, or an engine core with "
+                     "work that completes nothing this long, fails the core: /health answers 503 "
+                     "naming it. (H8)"),
+        engine.field("request_timeout_s", &EngineConfig::request_timeout_s, positive_seconds(),
+                     "A request not finished this long after it arrived ends with an error (504)."),
         faults.field("seed", &FaultsConfig::seed, integer_in(0, kMaxU32),
                      "Seed of the injected device faults (each rank adds its rank)."),
         faults.field("submit_failure_rate", &FaultsConfig::submit_failure_rate, fraction(),
@@ -198,6 +204,9 @@ const std::vector<Field>& config_fields() {
         faults.field("direction", &FaultsConfig::direction, fault_direction(),
                      "Which copies draw the faults above: loads (host to device), stores "
                      "(device to host), or both."),
+        faults.field("stall_scheduler", &FaultsConfig::stall_scheduler, boolean(),
+                     "Test hook: the scheduler stops computing a request once it has produced a "
+                     "token, as a scheduling bug would; the progress watchdog must see it. (H8)"),
         server.field("endpoint", &ServerConfig::endpoint, text(),
                      "ZeroMQ endpoint kvtierd binds and clients connect to, e.g. "
                      "tcp://127.0.0.1:5557 or ipc:///tmp/kvtierd.sock."),

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/serve_process.h"
+#include "engine/serve_rig.h"
 
 namespace kvtier::test {
 namespace {
@@ -14,32 +14,6 @@ namespace {
 // The pid of the serve tree's process with `role` in its command line, e.g. {"worker", "0/1"}.
 pid_t find_role(const ServeProcess& serve, const std::vector<std::string>& role) {
   return find_process(serve.pid(), role).value_or(-1);
-}
-
-std::vector<std::string> serve_args(std::vector<std::string> sets) {
-  std::vector<std::string> argv = {KVTIER_EXE, "serve", "--set", "engine.port=0", "--set",
-                                   "engine.heartbeat_interval_s=0.05", "--set",
-                                   "layout.block_size=16", "--set", "layout.blocks_per_chunk=4"};
-  for (const std::string& s : sets) {
-    argv.push_back("--set");
-    argv.push_back(s);
-  }
-  return argv;
-}
-
-std::optional<ServeProcess> start_ready(std::vector<std::string> sets) {
-  auto serve = ServeProcess::start(serve_args(std::move(sets)), 60000ms);
-  if (!serve) return serve;
-  if (!wait_until([&] { return serve->get("/health").status == 200; }, 60000ms)) {
-    ADD_FAILURE() << "never healthy: " << serve->get("/health").body;
-  }
-  return serve;
-}
-
-std::string prompt_text(size_t n, int seed) {
-  std::string s;
-  for (size_t i = 0; i < n; ++i) s.push_back(static_cast<char>('a' + (i * 7 + static_cast<size_t>(seed)) % 26));
-  return s;
 }
 
 nlohmann::json complete(const ServeProcess& serve, const std::string& prompt, int max_tokens) {
@@ -58,17 +32,6 @@ std::vector<nlohmann::json> shared_prefix_session(const ServeProcess& serve) {
     out.push_back(complete(serve, p, 8));
   }
   return out;
-}
-
-double metric(const std::string& text, const std::string& name) {
-  std::istringstream lines(text);
-  double total = 0;
-  for (std::string line; std::getline(lines, line);) {
-    if (line.starts_with(name + "{") || line.starts_with(name + " ")) {
-      total += std::stod(line.substr(line.rfind(' ') + 1));
-    }
-  }
-  return total;
 }
 
 const std::vector<std::string> kSmallDevice = {"engine.device_blocks=40", "cache.host_bytes=64MiB"};

@@ -1,6 +1,6 @@
-// Fault-contract tests for the transfer engine (rule ids from DESIGN.md in each name). Faults
-// come from FaultInjectingDevice around the host device; "still running" copies are held on a
-// gate, never timed.
+// Fault-contract tests for the transfer engine (rule ids from docs/architecture.md in each
+// name). Faults come from FaultInjectingDevice around the host device; "still running" copies are
+// held on a gate, never timed.
 #include <gtest/gtest.h>
 
 #include <algorithm>

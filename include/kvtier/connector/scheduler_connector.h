@@ -13,7 +13,7 @@
 // Loads are asynchronous: a request with a load waits (not computed) until its load is reported
 // in StepOutcome::loads, which also says how many tokens it then has (F4).
 //
-// Contract (rule ids from DESIGN.md):
+// Contract (rule ids from docs/architecture.md):
 // - One counter issues job ids, never reset. A job completes when all world_size ranks
 //   acknowledged it; a failure on any rank is sticky, whatever step it came in (F9). Acks for a
 //   job that is not in flight (retired, timed out, from before a reset) are ignored.

@@ -92,6 +92,8 @@ struct EngineConfig {
   uint32_t max_tokens = 64;  // default completion length
   double heartbeat_interval_s = 0.1;
   double stall_timeout_s = 5.0;  // H6
+  double progress_timeout_s = 30.0;  // H8
+  double request_timeout_s = 600.0;  // a request's whole life, from its arrival
 
   bool operator==(const EngineConfig&) const = default;
 };
@@ -114,6 +116,8 @@ struct FaultsConfig {
   double delay_rate = 0;
   double record_failure_rate = 0;  // Unprovable: the engine fail-stops (F7, H4)
   FaultDirection direction = FaultDirection::kBoth;
+  // Test hook (H8): the scheduler stops computing a request once it has produced a token.
+  bool stall_scheduler = false;
 
   bool operator==(const FaultsConfig&) const = default;
 };

@@ -1,5 +1,5 @@
 // EngineHealth: what the frontend knows about its engine cores, and the /health answer it gives
-// (docs/engine.md "Health", rules H1-H3, H6, H7 in DESIGN.md).
+// (docs/engine.md "Health", rules H1-H3, H6, H7 in docs/architecture.md).
 //
 // Not thread-safe: CoreManager owns one and guards it with its mutex. Time comes in as
 // arguments so that tests drive it without sleeping.

@@ -3,6 +3,14 @@
 // chunked prefill and decode under a token budget, and finish. Each step is planned by
 // plan_step(), run by every rank, and completed by finish_step() with the ranks' results.
 //
+// Memory pressure (H8, liveness): running requests are served oldest first; one that needs a
+// block it cannot get preempts the newest running request not yet in this step's batch, else
+// itself (its blocks are freed, it waits at the head of the queue and recomputes what the
+// device prefix cache no longer holds). Waiting requests are admitted in order, and the first
+// that finds no room stops admission. So the oldest running request always progresses, every
+// step computes tokens, frees memory or ends a request, and a request that could never fit the
+// device is rejected by add().
+//
 // Failed loads resume from the connector's truncated token count and recompute (F4); a
 // fail-stop (F7) is reported by finish_step() and the caller turns the engine FAILED (H4).
 // Not thread-safe: the engine core's loop owns it.
@@ -21,6 +29,7 @@
 #include "kvtier/core/config.h"
 #include "kvtier/engine/block_pool.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/progress_watchdog.h"
 
 namespace kvtier {
 
@@ -44,6 +53,7 @@ struct RequestUpdate {
   bool done = false;
   std::string finish_reason;  // "length" when done
   std::string error;          // non-empty: the request ended with this error
+  bool rejected = false;      // with `error`: the request is invalid as sent (never queued)
   size_t prompt_tokens = 0;
   size_t cached_tokens = 0;   // prompt tokens not computed: device prefix cache + kvtier
 };
@@ -67,7 +77,8 @@ class EngineScheduler {
   EngineScheduler(const Config& config, const EngineShape& shape);
   ~EngineScheduler();
 
-  // Queues a request. A prompt that cannot fit max_context is an error update at once.
+  // Queues a request. One that can never run is rejected at once (an update with `rejected`):
+  // its prompt + max_tokens exceed model.max_context or max_request_tokens(shape) (H8).
   std::optional<RequestUpdate> add(std::string id, std::vector<TokenId> prompt, size_t max_tokens);
   void abort(const std::string& id);
 
@@ -83,6 +94,8 @@ class EngineScheduler {
   // Ends every request with `error` (the engine is failing).
   std::vector<RequestUpdate> fail_all(const std::string& error);
 
+  // What the progress watchdog watches (H8).
+  ProgressSnapshot progress() const;
   EngineCounters counters() const;
   std::optional<ConnectorCounters> connector_counters() const;
   std::optional<CacheCounters> cache_counters() const;
@@ -93,9 +106,11 @@ class EngineScheduler {
  private:
   struct Request;
   enum class State { kWaiting, kLoading, kRunning, kFinishing };
+  enum class Admission { kAdmitted, kAskLater, kNoRoom };
 
   void extend_block_keys(Request& r);
-  bool admit(Request& r, size_t& budget, std::vector<Request*>& scheduled, StepInput& input);
+  Admission admit(Request& r, size_t& budget, std::vector<Request*>& scheduled, StepInput& input);
+  bool stalled_by_hook(const Request& r) const;  // faults.stall_scheduler
   bool ensure_blocks(Request& r, size_t tokens);
   void preempt(Request& r);
   void release_blocks(Request& r);
@@ -116,6 +131,7 @@ class EngineScheduler {
   std::vector<Request*> last_scheduled_;
   std::vector<uint32_t> last_counts_;
   uint64_t step_ = 0;
+  uint64_t finished_ = 0;  // requests ended (H8)
   EngineCounters counters_;
 };
 

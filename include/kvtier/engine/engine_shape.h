@@ -28,6 +28,10 @@ EngineShape engine_shape(const Config& config);
 // What the connector's factory needs of the shape (the same in the engine core and every rank).
 ConnectorShape connector_shape(const EngineShape& shape);
 
+// The most prompt + max_tokens one request may have: its KV at its longest (every token but the
+// last generated one) fills the device blocks of one group. A longer request can never run.
+uint64_t max_request_tokens(const EngineShape& shape);
+
 // ZeroMQ endpoints in the run dir (docs/engine.md).
 std::string frontend_endpoint(const std::string& run_dir);
 std::string core_endpoint(const std::string& run_dir, uint32_t core);

@@ -5,11 +5,13 @@
 //   GET  /health                                      CoreManager::health() (H1-H3, H6, H7)
 //   GET  /metrics                                     Prometheus text (metrics_text.h)
 //
-// Errors: bad input 400 (404 for an unknown model) with an OpenAI error naming the field; an
-// engine that is not healthy or is closed 503; a request whose core fails mid-flight 503, or on
-// a stream an SSE `error` event and the end of the stream (H5). A handler never waits without a
-// bound: output arrives, or the core manager ends the stream (failure, stall, shutdown), or
-// kRequestTimeout passes. A malformed request never takes the server down.
+// Errors: bad input 400 (404 for an unknown model) with an OpenAI error naming the field, also a
+// request that could never fit the device (H8); an engine that is not healthy or is closed 503;
+// a request whose core fails mid-flight 503, one that outlives engine.request_timeout_s 504, or
+// on a stream an SSE `error` event and the end of the stream (H5). A handler never waits
+// without a bound: output arrives, or the core manager ends the stream (failure, stall,
+// shutdown, no progress), or the request's deadline passes, or its client hangs up (the request
+// is aborted, streaming or not). A malformed request never takes the server down.
 #pragma once
 
 #include <chrono>
@@ -21,9 +23,6 @@
 #include "kvtier/engine/core_manager.h"
 
 namespace kvtier {
-
-// The longest a request waits for its output before it is aborted (503, or an SSE error).
-inline constexpr auto kRequestTimeout = std::chrono::minutes(10);
 
 class FrontendServer {
  public:

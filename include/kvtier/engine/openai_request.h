@@ -6,8 +6,10 @@
 //   prompt       string (completions), the whole prompt; byte-level tokens
 //   messages     non-empty array of {"role": string, "content": string} (chat), rendered by
 //                chat_prompt()
-//   max_tokens   integer in [1, model.max_context], default engine.max_tokens; the prompt plus
-//                max_tokens must fit in model.max_context
+//   max_tokens   integer in [1, model.max_context], default engine.max_tokens (cut to what fits);
+//                the prompt plus max_tokens must fit in model.max_context and in the device
+//                memory of one engine core (RequestLimits::max_request_tokens), or the request
+//                could never run
 //   stream       bool, default false
 //   temperature  number, optional, ignored: decoding is greedy
 // Every rejection names the offending field in RequestError::param.
@@ -32,6 +34,8 @@ struct RequestLimits {
   std::string model_name;
   uint32_t default_max_tokens = 64;
   uint32_t max_context = 16384;
+  // Most prompt + max_tokens whose KV fits the device (max_request_tokens(EngineShape)).
+  uint64_t max_request_tokens = UINT64_MAX;
 };
 
 // An error answer in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.

@@ -27,6 +27,7 @@ struct StreamEvent {
   uint32_t prompt_tokens = 0;        // kTokens and kDone, as the core reported them
   uint32_t cached_tokens = 0;
   std::string error;                 // kError
+  int http_status = 503;             // kError: 400 rejected, 503 engine failure, 504 timeout
   bool final() const { return kind != Kind::kTokens; }
 };
 

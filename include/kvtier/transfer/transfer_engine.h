@@ -1,6 +1,6 @@
 // TransferEngine: moves chunks between a rank's device KV cache and the host pool. One per rank.
 //
-// Contract (rule ids from DESIGN.md):
+// Contract (rule ids from docs/architecture.md):
 // - Two directions, store (device -> host) and load (host -> device), each strictly FIFO: a
 //   transfer's copies start after the previous transfer of its direction ended, and poll()
 //   reports results in submission order per direction (F5).

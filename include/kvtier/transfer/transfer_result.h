@@ -1,4 +1,4 @@
-// The three outcomes of a transfer, exactly as DESIGN.md defines them.
+// The three outcomes of a transfer, as docs/architecture.md defines them.
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 #include "kvtier/engine/child_process.h"
 #include "kvtier/engine/engine_scheduler.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/progress_watchdog.h"
 #include "kvtier/engine/step_messages.h"
 #include "kvtier/engine/wire.h"
 
@@ -33,7 +34,8 @@ class EngineCore {
         heartbeat_(std::chrono::duration_cast<Clock::duration>(
             std::chrono::duration<double>(config.engine.heartbeat_interval_s))),
         stall_timeout_(std::chrono::duration_cast<Clock::duration>(
-            std::chrono::duration<double>(config.engine.stall_timeout_s))) {
+            std::chrono::duration<double>(config.engine.stall_timeout_s))),
+        watchdog_(seconds_to_duration(config.engine.progress_timeout_s)) {
     frontend_.set(zmq::sockopt::linger, 1000);
     frontend_.set(zmq::sockopt::routing_id, "core-" + std::to_string(core));
     frontend_.connect(frontend_endpoint(run_dir));
@@ -76,6 +78,9 @@ class EngineCore {
         if (auto reason = finish_step()) return fail(*reason);
       }
       if (!step_in_flight_ && scheduler_.has_work()) start_step();
+      if (auto stuck = watchdog_.observe(Clock::now(), scheduler_.progress())) {
+        return fail("no progress (H8): " + *stuck);
+      }
       if (Clock::now() >= next_heartbeat) {
         send_heartbeat();
         next_heartbeat = Clock::now() + heartbeat_;
@@ -221,7 +226,8 @@ class EngineCore {
 
   void send_update(const RequestUpdate& u) {
     if (!u.error.empty()) {
-      send_message(frontend_, {{"t", "err"}, {"id", u.id}, {"message", u.error}});
+      send_message(frontend_, {{"t", "err"}, {"id", u.id}, {"message", u.error},
+                               {"status", u.rejected ? 400 : 503}});
       return;
     }
     send_message(frontend_, {{"t", "out"},
@@ -305,6 +311,7 @@ class EngineCore {
   std::vector<Worker> workers_;
   const Clock::duration heartbeat_;
   const Clock::duration stall_timeout_;
+  ProgressWatchdog watchdog_;
   bool step_in_flight_ = false;
   uint64_t step_ = 0;
   uint32_t done_count_ = 0;

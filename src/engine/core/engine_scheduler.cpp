@@ -17,7 +17,9 @@ struct EngineScheduler::Request {
   size_t cached_blocks = 0;          // blocks registered in the device prefix cache
   size_t cached_tokens = 0;          // of the prompt, not computed (reported once)
   size_t load_from = 0;              // num_computed when its load started
+  uint64_t progress_mark = 0;        // most tokens ever computed (H8)
   bool reported_cache = false;
+  bool aborted = false;              // ends once its load has ended
   State state = State::kWaiting;
 };
 
@@ -33,16 +35,21 @@ EngineScheduler::~EngineScheduler() = default;
 
 std::optional<RequestUpdate> EngineScheduler::add(std::string id, std::vector<TokenId> prompt,
                                                   size_t max_tokens) {
-  if (prompt.empty() || prompt.size() + max_tokens > shape_.model.max_context ||
-      requests_.contains(id)) {
-    return RequestUpdate{.id = id,
-                         .done = true,
-                         .error = requests_.contains(id)
-                                      ? "duplicate request id"
-                                      : "prompt (" + std::to_string(prompt.size()) +
-                                            " tokens) + max_tokens (" + std::to_string(max_tokens) +
-                                            ") must be within model.max_context (" +
-                                            std::to_string(shape_.model.max_context) + ")"};
+  auto reject = [&](std::string error) {
+    return RequestUpdate{.id = id, .done = true, .error = std::move(error), .rejected = true};
+  };
+  const std::string lengths = "prompt (" + std::to_string(prompt.size()) +
+                              " tokens) + max_tokens (" + std::to_string(max_tokens) + ")";
+  if (requests_.contains(id)) return reject("duplicate request id");
+  if (prompt.empty() || prompt.size() + max_tokens > shape_.model.max_context) {
+    return reject(lengths + " must be within model.max_context (" +
+                  std::to_string(shape_.model.max_context) + ")");
+  }
+  // H8: a request whose KV cannot fit the whole device would wait or thrash forever.
+  if (prompt.size() + max_tokens > max_request_tokens(shape_)) {
+    return reject(lengths + " exceeds " + std::to_string(max_request_tokens(shape_)) +
+                  " tokens, the most one request's KV can span in engine.device_blocks (" +
+                  std::to_string(shape_.device_blocks) + " blocks)");
   }
   auto r = std::make_unique<Request>();
   r->id = id;
@@ -59,7 +66,11 @@ void EngineScheduler::abort(const std::string& id) {
   if (it == requests_.end()) return;
   Request& r = *it->second;
   // A request with transfers in flight keeps its blocks until they end (finish_step).
-  if (r.state == State::kLoading || r.state == State::kFinishing) return;
+  if (r.state == State::kLoading) {
+    r.aborted = true;
+    return;
+  }
+  if (r.state == State::kFinishing) return;
   finish(r);
 }
 
@@ -126,8 +137,9 @@ void EngineScheduler::schedule(Request& r, size_t& budget, std::vector<Request*>
   last_counts_.push_back(static_cast<uint32_t>(n));
 }
 
-bool EngineScheduler::admit(Request& r, size_t& budget, std::vector<Request*>& scheduled,
-                            StepInput& input) {
+EngineScheduler::Admission EngineScheduler::admit(Request& r, size_t& budget,
+                                                 std::vector<Request*>& scheduled,
+                                                 StepInput& input) {
   extend_block_keys(r);
   const size_t bs = config_.layout.block_size;
   // The device prefix cache first; at least the last prompt token is computed.
@@ -144,12 +156,12 @@ bool EngineScheduler::admit(Request& r, size_t& budget, std::vector<Request*>& s
   };
   if (match.ask_later) {
     give_back();
-    return false;
+    return Admission::kAskLater;
   }
   r.blocks = std::move(hit);
   if (!ensure_blocks(r, r.tokens.size())) {
     release_blocks(r);
-    return false;
+    return Admission::kNoRoom;
   }
   r.num_computed = device_tokens;
   r.cached_blocks = device_tokens / bs;
@@ -165,14 +177,19 @@ bool EngineScheduler::admit(Request& r, size_t& budget, std::vector<Request*>& s
                                          match.tokens);
   }
   running_.push_back(&r);
+  r.progress_mark = std::max<uint64_t>(r.progress_mark, r.num_computed);
   if (match.tokens > 0) {
     r.state = State::kLoading;
     r.load_from = device_tokens;
-    return true;
+    return Admission::kAdmitted;
   }
   r.state = State::kRunning;
   schedule(r, budget, scheduled, input);
-  return true;
+  return Admission::kAdmitted;
+}
+
+bool EngineScheduler::stalled_by_hook(const Request& r) const {
+  return config_.faults.stall_scheduler && r.tokens.size() > r.prompt;
 }
 
 StepPlan EngineScheduler::plan_step() {
@@ -181,38 +198,43 @@ StepPlan EngineScheduler::plan_step() {
   std::vector<Request*> scheduled;
   last_counts_.clear();
   size_t budget = config_.engine.max_batched_tokens;
-  // Running requests first, oldest first; a request that cannot get a block preempts the
-  // newest running one.
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+  // Running requests first, oldest first. One that cannot get a block preempts the newest
+  // running request not yet scheduled in this step, else itself: a request in this step's batch
+  // keeps its blocks (its entry would otherwise go out with an empty block table), and the
+  // oldest running request always gets the whole device if it needs it (H8).
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request& r = *running_[i];
-    if (r.state != State::kRunning) continue;
+    if (r.state != State::kRunning || stalled_by_hook(r)) {
+      ++i;
+      continue;
+    }
     const size_t n = std::min(r.tokens.size() - r.num_computed, budget);
     while (!ensure_blocks(r, r.num_computed + n)) {
-      Request* victim = nullptr;
-      for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-        if ((*it)->state == State::kRunning && *it != &r) {
-          victim = *it;
-          break;
-        }
-      }
-      if (!victim) break;
-      preempt(*victim);
+      auto victim = std::find_if(running_.rbegin(), running_.rend() - static_cast<ptrdiff_t>(i) - 1,
+                                 [](const Request* v) { return v->state == State::kRunning; });
+      if (victim == running_.rend() - static_cast<ptrdiff_t>(i) - 1) break;
+      preempt(**victim);
     }
     if (r.blocks.size() * config_.layout.block_size < r.num_computed + n) {
-      preempt(r);
-      --i;
+      preempt(r);  // running_[i] is now the next request
       continue;
     }
     schedule(r, budget, scheduled, input);
+    ++i;
   }
-  // Then waiting requests, while budget and room are left.
+  // Then waiting requests in order, while budget and room are left. A request that finds no
+  // room stops admission, so later (smaller) requests cannot starve it; one that must ask again
+  // later (its chunks are being moved) lets the next one go first.
   for (size_t i = 0; i < waiting_.size() && budget > 0 &&
                      running_.size() < config_.engine.max_running_requests;) {
     Request& r = *waiting_[i];
-    if (admit(r, budget, scheduled, input)) {
+    const Admission a = admit(r, budget, scheduled, input);
+    if (a == Admission::kAdmitted) {
       waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(i));
-    } else {
+    } else if (a == Admission::kAskLater) {
       ++i;
+    } else {
+      break;
     }
   }
   if (connector_) plan.metadata = connector_->build_step_metadata(input);
@@ -240,6 +262,7 @@ void EngineScheduler::cache_computed_blocks(Request& r) {
 }
 
 void EngineScheduler::finish(Request& r) {
+  ++finished_;
   if (auto it = std::ranges::find(running_, &r); it != running_.end()) running_.erase(it);
   if (auto it = std::ranges::find(waiting_, &r); it != waiting_.end()) waiting_.erase(it);
   if (connector_ && connector_->request_finished(r.id)) {
@@ -263,6 +286,7 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
     Request& r = *last_scheduled_[i];
     if (r.state != State::kRunning) continue;  // preempted or aborted meanwhile
     r.num_computed += last_counts_[i];
+    r.progress_mark = std::max<uint64_t>(r.progress_mark, r.num_computed);
     cache_computed_blocks(r);
     if (r.num_computed < r.tokens.size()) continue;  // prefill continues next step
     RequestUpdate u{.id = r.id, .prompt_tokens = r.prompt, .cached_tokens = r.cached_tokens};
@@ -291,6 +315,7 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
     if (l.outcome == Outcome::kUnprovable) continue;  // the engine is failing (F7)
     const size_t wanted = r.cached_tokens - r.load_from;
     r.num_computed = l.num_computed;
+    r.progress_mark = std::max<uint64_t>(r.progress_mark, r.num_computed);
     counters_.kvtier_hit_tokens += l.num_computed - r.load_from;
     if (l.outcome == Outcome::kFailed) {
       counters_.recomputed_tokens += r.load_from + wanted - l.num_computed;
@@ -299,6 +324,7 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
     if (r.state == State::kLoading) {
       r.state = State::kRunning;
       cache_computed_blocks(r);
+      if (r.aborted) finish(r);
     }
   }
   for (const RequestId& id : outcome.released) {
@@ -318,6 +344,17 @@ std::vector<RequestUpdate> EngineScheduler::fail_all(const std::string& error) {
   waiting_.clear();
   running_.clear();
   return updates;
+}
+
+ProgressSnapshot EngineScheduler::progress() const {
+  ProgressSnapshot s{.finished = finished_,
+                     .transfers_in_flight = connector_ && connector_->counters().jobs_in_flight > 0};
+  for (const auto& [id, r] : requests_) {
+    if (r->state == State::kFinishing) continue;
+    s.requests.push_back(
+        {.id = id, .mark = r->progress_mark, .running = r->state == State::kRunning});
+  }
+  return s;
 }
 
 EngineCounters EngineScheduler::counters() const {

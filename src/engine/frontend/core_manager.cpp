@@ -181,6 +181,7 @@ struct CoreManager::Impl {
       StreamEvent event;
       event.kind = StreamEvent::Kind::kError;
       event.error = body.value("message", std::string("engine error"));
+      event.http_status = body.value("status", 503);
       end_request(it, std::move(event));
     } else if (type == "failed") {
       record_failure(core, CoreFailure::kFailed,

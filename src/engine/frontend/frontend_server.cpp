@@ -6,7 +6,9 @@
 #include <ctime>
 #include <iostream>
 
+#include "client_connection.h"
 #include "kvtier/engine/byte_vocab.h"
+#include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/openai_request.h"
 #include "kvtier/engine/openai_response.h"
 
@@ -50,33 +52,53 @@ struct Exchange {
   ResponseShape shape;
   CompletionUsage usage;
   std::chrono::steady_clock::time_point deadline;
+  std::optional<ClientConnection> client;  // nullopt: not found, never seen as gone
   bool opened = false;  // chat stream: role chunk sent
+
+  // The client hung up: the request is aborted.
+  bool client_gone() {
+    if (!client || !client->closed()) return false;
+    manager->abort(stream->id());
+    return true;
+  }
 
   // The next event, or an error event once the deadline passed (the request is aborted).
   std::optional<StreamEvent> next() {
-    if (auto event = stream->next(kWaitSlice)) {
-      usage.prompt_tokens = std::max(usage.prompt_tokens, event->prompt_tokens);
-      usage.cached_tokens = std::max(usage.cached_tokens, event->cached_tokens);
-      usage.completion_tokens += static_cast<uint32_t>(event->tokens.size());
+    if (std::chrono::steady_clock::now() < deadline) {
+      std::optional<StreamEvent> event = stream->next(kWaitSlice);
+      if (event) {
+        usage.prompt_tokens = std::max(usage.prompt_tokens, event->prompt_tokens);
+        usage.cached_tokens = std::max(usage.cached_tokens, event->cached_tokens);
+        usage.completion_tokens += static_cast<uint32_t>(event->tokens.size());
+      }
       return event;
     }
-    if (std::chrono::steady_clock::now() < deadline) return std::nullopt;
     manager->abort(stream->id());
     StreamEvent timeout;
     timeout.kind = StreamEvent::Kind::kError;
-    timeout.error = "no output within the request timeout";
+    timeout.error = "the request did not finish within engine.request_timeout_s";
+    timeout.http_status = 504;
     return timeout;
   }
 };
+
+// The error answer of a request that ended with `event` (kError).
+RequestError error_of(const StreamEvent& event) {
+  if (event.http_status == 400) return RequestError{400, event.error, ""};
+  if (event.http_status == 504) return engine_error(504, event.error, "request_timeout");
+  return engine_error(event.http_status, event.error, "engine_failed");
+}
 
 }  // namespace
 
 struct FrontendServer::Impl {
   CoreManager& manager;
   Config config;
+  uint64_t max_request_tokens;
   httplib::Server http;
 
-  Impl(CoreManager& m, const Config& c) : manager(m), config(c) {
+  Impl(CoreManager& m, const Config& c)
+      : manager(m), config(c), max_request_tokens(kvtier::max_request_tokens(engine_shape(c))) {
     http.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
     http.set_payload_max_length(size_t{64} << 20);
     http.set_read_timeout(std::chrono::seconds(30));
@@ -125,7 +147,7 @@ struct FrontendServer::Impl {
 
   void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
     const RequestLimits limits{config.engine.model_name, config.engine.max_tokens,
-                               config.model.max_context};
+                               config.model.max_context, max_request_tokens};
     auto request = parse_completion_request(req.body, chat, limits);
     if (!request) {
       reply_json(res, request.error().http_status, request.error().body());
@@ -140,7 +162,11 @@ struct FrontendServer::Impl {
         &manager, *stream,
         ResponseShape(chat, (chat ? "chatcmpl-" : "cmpl-") + (*stream)->id(),
                       config.engine.model_name, static_cast<int64_t>(std::time(nullptr))),
-        CompletionUsage{}, std::chrono::steady_clock::now() + kRequestTimeout});
+        CompletionUsage{},
+        std::chrono::steady_clock::now() +
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                seconds_to_duration(config.engine.request_timeout_s)),
+        ClientConnection::find(req.remote_addr, req.remote_port, req.local_port)});
     if (request->stream) {
       stream_response(res, exchange, chat);
     } else {
@@ -148,15 +174,19 @@ struct FrontendServer::Impl {
     }
   }
 
-  // Waits for the whole output; each wait is bounded (see Exchange::next).
+  // Waits for the whole output; each wait is bounded (see Exchange::next). A client that hung
+  // up ends the request; its answer goes nowhere.
   static void whole_response(httplib::Response& res, Exchange& exchange) {
     std::vector<TokenId> tokens;
     for (;;) {
       std::optional<StreamEvent> event = exchange.next();
-      if (!event) continue;
+      if (!event) {
+        if (exchange.client_gone()) return;
+        continue;
+      }
       tokens.insert(tokens.end(), event->tokens.begin(), event->tokens.end());
       if (event->kind == StreamEvent::Kind::kError) {
-        reply_json(res, 503, engine_error(503, event->error, "engine_failed").body());
+        reply_json(res, event->http_status, error_of(*event).body());
         return;
       }
       if (event->kind != StreamEvent::Kind::kDone) continue;
@@ -189,7 +219,7 @@ struct FrontendServer::Impl {
           }
           std::optional<StreamEvent> event = exchange->next();
           if (!event) {
-            if (sink.is_writable()) return true;  // nothing yet: wait again
+            if (sink.is_writable() && !exchange->client_gone()) return true;  // wait again
             manager->abort(exchange->stream->id());  // the client went away
             return false;
           }
@@ -200,8 +230,7 @@ struct FrontendServer::Impl {
             manager->abort(exchange->stream->id());
           }
           if (event->kind == StreamEvent::Kind::kError) {
-            const bool ok = write(sse_event(
-                engine_error(503, event->error, "engine_failed").body(), "error"));
+            const bool ok = write(sse_event(error_of(*event).body(), "error"));
             sink.done();
             return ok;
           }

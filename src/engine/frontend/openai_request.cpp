@@ -77,10 +77,11 @@ std::expected<CompletionRequest, RequestError> parse_completion_request(
   const char* prompt_field = chat ? "messages" : "prompt";
   if (parsed.prompt.empty()) return invalid(prompt_field, std::string("'") + prompt_field + "' is empty");
   // Without max_tokens: the default, cut to what fits after the prompt.
+  const uint64_t room = std::min<uint64_t>(limits.max_context, limits.max_request_tokens);
   parsed.max_tokens = limits.default_max_tokens;
-  if (parsed.prompt.size() < limits.max_context) {
-    parsed.max_tokens = static_cast<uint32_t>(std::min<uint64_t>(
-        parsed.max_tokens, limits.max_context - parsed.prompt.size()));
+  if (parsed.prompt.size() < room) {
+    parsed.max_tokens =
+        static_cast<uint32_t>(std::min<uint64_t>(parsed.max_tokens, room - parsed.prompt.size()));
   }
   if (request.contains("max_tokens") && !request["max_tokens"].is_null()) {
     const nlohmann::json& max_tokens = request["max_tokens"];
@@ -116,6 +117,14 @@ std::expected<CompletionRequest, RequestError> parse_completion_request(
                                      std::to_string(parsed.max_tokens) +
                                      ") exceeds model.max_context " +
                                      std::to_string(limits.max_context));
+  }
+  if (prompt_tokens + parsed.max_tokens > limits.max_request_tokens) {
+    return invalid(prompt_tokens >= limits.max_request_tokens ? prompt_field : "max_tokens",
+                   "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus 'max_tokens' (" +
+                       std::to_string(parsed.max_tokens) + ") exceeds " +
+                       std::to_string(limits.max_request_tokens) +
+                       " tokens, the most one request's KV can span in the engine's device "
+                       "memory (engine.device_blocks)");
   }
   return parsed;
 }

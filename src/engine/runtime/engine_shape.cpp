@@ -46,6 +46,10 @@ ConnectorShape connector_shape(const EngineShape& shape) {
                         .host_slots = shape.host_slots};
 }
 
+uint64_t max_request_tokens(const EngineShape& shape) {
+  return uint64_t{shape.device_blocks} * shape.layout.groups.front().block_size + 1;
+}
+
 std::string frontend_endpoint(const std::string& run_dir) { return "ipc://" + run_dir + "/frontend.ipc"; }
 std::string core_endpoint(const std::string& run_dir, uint32_t core) {
   return "ipc://" + run_dir + "/core-" + std::to_string(core) + ".ipc";
