@@ -190,7 +190,7 @@ TEST(FrontendCoreManager, H3_KilledCoreIs503NamingTheSignal) {
   // The core's command line names its role (serve_process.h finds processes by role).
   const std::optional<pid_t> core = find_process(getpid(), {"engine-core", "0"});
   ASSERT_EQ(core, rig.manager->core_pid(0));
-  kill(*core, SIGKILL);
+  send_signal(*core, SIGKILL);
   ASSERT_TRUE(rig.health_becomes("failed", 1000ms));
   EXPECT_EQ(rig.get("/health").status, 503);
   EXPECT_EQ(health_reason(rig), "engine core 0 killed by signal 9 (Killed)");
@@ -210,7 +210,7 @@ TEST(FrontendCoreManager, H5_StreamInFlightEndsWithAnErrorEventWhenTheCoreDies) 
   // The request hangs in the core; once the frontend counts it in flight, kill the core.
   std::thread killer([&] {
     if (wait_until([&] { return rig.manager->metrics().requests_in_flight == 1; }, 5000ms)) {
-      kill(rig.manager->core_pid(0), SIGKILL);
+      send_signal(rig.manager->core_pid(0), SIGKILL);
     }
   });
   const auto start = TestClock::now();

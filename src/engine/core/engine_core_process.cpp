@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "kvtier/engine/child_process.h"
+#include "kvtier/core/child_process.h"
 #include "kvtier/engine/engine_scheduler.h"
 #include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/progress_watchdog.h"

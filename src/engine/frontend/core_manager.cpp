@@ -11,7 +11,7 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "kvtier/engine/child_process.h"
+#include "kvtier/core/child_process.h"
 #include "kvtier/engine/wire.h"
 
 namespace kvtier {
