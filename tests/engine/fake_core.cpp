@@ -70,7 +70,11 @@ int main(int argc, char** argv) {
                                     {"counters",
                                      {{"heartbeats", heartbeats},
                                       {"requests", requests},
-                                      {"aborts", aborts}}}});
+                                      {"aborts", aborts}}},
+                                    {"kinds",
+                                     {{"heartbeats", "counter"},
+                                      {"requests", "counter"},
+                                      {"aborts", "counter"}}}});
       next_hb += std::chrono::milliseconds(hb_ms);
     }
     zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};

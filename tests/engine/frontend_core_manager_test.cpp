@@ -47,6 +47,9 @@ TEST(FrontendCoreManager, CompletionEndToEnd) {
   EXPECT_NE(metrics.find("\nkvtier_cached_prompt_tokens_total 2\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("\nkvtier_requests_in_flight 0\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kvtier_core_requests{core=\"0\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\n# TYPE kvtier_core_requests counter\n"), std::string::npos)
+      << "the kind the core's heartbeat names\n"
+      << metrics;
 }
 
 TEST(FrontendCoreManager, ChatEndToEnd) {
