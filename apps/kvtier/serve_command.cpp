@@ -8,8 +8,8 @@
 
 #include "commands.h"
 #include "kvtier/core/child_process.h"
-#include "kvtier/engine/frontend_process.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/frontend_process.h"
 
 extern char** environ;
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <httplib.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -12,11 +13,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -202,8 +202,7 @@ class ServeProcess {
     if (pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
     ServeProcess process(out[0]);
     try {
-      process.process_ =
-          ChildProcess::spawn(argv, {.die_with_parent = false, .stdout_fd = out[1]});
+      process.process_ = ChildProcess::spawn(argv, {.die_with_parent = false, .stdout_fd = out[1]});
     } catch (const std::system_error&) {
       close(out[1]);
       return std::nullopt;

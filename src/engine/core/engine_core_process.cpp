@@ -243,8 +243,11 @@ class EngineCore {
   void send_heartbeat() {
     HeartbeatCounters c = heartbeat_counters(scheduler_.counters(), scheduler_.connector_counters(),
                                              scheduler_.cache_counters());
-    send_message(frontend_, {{"t", "hb"}, {"core", core_}, {"degraded", scheduler_.degraded()},
-                             {"counters", std::move(c.values)}, {"kinds", std::move(c.kinds)}});
+    send_message(frontend_, {{"t", "hb"},
+                             {"core", core_},
+                             {"degraded", scheduler_.degraded()},
+                             {"counters", std::move(c.values)},
+                             {"kinds", std::move(c.kinds)}});
   }
 
   void send_failed(const std::string& reason) {
