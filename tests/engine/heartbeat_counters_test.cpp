@@ -23,25 +23,20 @@ TEST(HeartbeatCounters, ConnectorCountersJobsInFlightIsAGauge) {
 }
 
 TEST(HeartbeatCounters, NamesAndValuesAsBeforeEveryCounterEndsInTotal) {
-  EngineCounters e;
-  e.running = 2;
-  e.waiting = 3;
-  e.steps = 40;
-  e.device_hit_tokens = 50;
-  e.kvtier_hit_tokens = 60;
-  e.recomputed_tokens = 70;
-  e.preemptions = 8;
-  ConnectorCounters c;
-  c.loads_completed = 11;
-  c.loads_failed = 12;
-  c.stores_completed = 13;
-  c.stores_failed = 14;
-  c.jobs_unprovable = 15;
-  c.jobs_in_flight = 16;
-  CacheCounters h;
-  h.slots_ready = 21;
-  h.slots_free = 22;
-  h.quarantined_bytes = 23;
+  const EngineCounters e{.device_hit_tokens = 50,
+                         .kvtier_hit_tokens = 60,
+                         .recomputed_tokens = 70,
+                         .preemptions = 8,
+                         .steps = 40,
+                         .running = 2,
+                         .waiting = 3};
+  const ConnectorCounters c{.loads_completed = 11,
+                            .loads_failed = 12,
+                            .stores_completed = 13,
+                            .stores_failed = 14,
+                            .jobs_unprovable = 15,
+                            .jobs_in_flight = 16};
+  const CacheCounters h{.slots_free = 22, .slots_ready = 21, .quarantined_bytes = 23};
   const HeartbeatCounters hb = heartbeat_counters(e, c, h);
   // The names an engine core's heartbeat carried before they came from the visitors.
   const std::map<std::string, std::pair<uint64_t, std::string>> before = {
