@@ -72,7 +72,6 @@ struct EngineCounters {
   size_t running = 0;
   size_t waiting = 0;
 };
-
 // f(name, value, kind) for every field (counter_kind.h): the request counts are gauges, the
 // rest counters. The names are the heartbeat's, without its "_total" (heartbeat_counters.h).
 template <class F>
