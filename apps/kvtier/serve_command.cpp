@@ -7,9 +7,9 @@
 #include <iostream>
 
 #include "commands.h"
-#include "kvtier/engine/child_process.h"
-#include "kvtier/engine/frontend_process.h"
+#include "kvtier/core/child_process.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/frontend_process.h"
 
 extern char** environ;
 

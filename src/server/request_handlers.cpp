@@ -278,18 +278,12 @@ void CacheService::handle_release(const std::string& client, const Request& r) {
 }
 
 void CacheService::handle_stats(const std::string& client, const Request& r) {
-  const CacheCounters c = cache_.counters();
   std::map<std::string, uint64_t> f = counters_;
   f["boot_id"] = boot_id_;
   f["clients"] = sessions_.size();
   f["locks"] = locks_.size();
   f["transfers_in_flight"] = transfers_in_flight();
-  f["slots_free"] = c.slots_free;
-  f["slots_pending"] = c.slots_pending;
-  f["slots_ready"] = c.slots_ready;
-  f["slots_pinned"] = c.slots_pinned;
-  f["slots_quarantined"] = c.slots_quarantined;
-  f["quarantined_bytes"] = c.quarantined_bytes;
+  add_stats(f, "", cache_.counters());
   f["requests"] = loop_.requests.load();
   f["pings"] = loop_.pings.load();
   f["rejected_frames"] = loop_.rejected_frames.load();

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/core/child_process.h"
 #include "kvtier/core/chunk_key.h"
-#include "kvtier/engine/child_process.h"
 #include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/wire.h"
 

@@ -64,13 +64,13 @@ int main(int argc, char** argv) {
   for (;;) {
     if (std::chrono::steady_clock::now() >= next_hb) {
       ++heartbeats;
-      kvtier::send_message(socket, {{"t", "hb"},
-                                    {"core", core_number},
-                                    {"degraded", degraded},
-                                    {"counters",
-                                     {{"heartbeats", heartbeats},
-                                      {"requests", requests},
-                                      {"aborts", aborts}}}});
+      kvtier::send_message(
+          socket,
+          {{"t", "hb"},
+           {"core", core_number},
+           {"degraded", degraded},
+           {"counters", {{"heartbeats", heartbeats}, {"requests", requests}, {"aborts", aborts}}},
+           {"kinds", {{"heartbeats", "counter"}, {"requests", "counter"}, {"aborts", "counter"}}}});
       next_hb += std::chrono::milliseconds(hb_ms);
     }
     zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};

@@ -47,6 +47,9 @@ TEST(FrontendCoreManager, CompletionEndToEnd) {
   EXPECT_NE(metrics.find("\nkvtier_cached_prompt_tokens_total 2\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("\nkvtier_requests_in_flight 0\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kvtier_core_requests{core=\"0\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\n# TYPE kvtier_core_requests counter\n"), std::string::npos)
+      << "the kind the core's heartbeat names\n"
+      << metrics;
 }
 
 TEST(FrontendCoreManager, ChatEndToEnd) {
@@ -190,7 +193,7 @@ TEST(FrontendCoreManager, H3_KilledCoreIs503NamingTheSignal) {
   // The core's command line names its role (serve_process.h finds processes by role).
   const std::optional<pid_t> core = find_process(getpid(), {"engine-core", "0"});
   ASSERT_EQ(core, rig.manager->core_pid(0));
-  kill(*core, SIGKILL);
+  send_signal(*core, SIGKILL);
   ASSERT_TRUE(rig.health_becomes("failed", 1000ms));
   EXPECT_EQ(rig.get("/health").status, 503);
   EXPECT_EQ(health_reason(rig), "engine core 0 killed by signal 9 (Killed)");
@@ -210,7 +213,7 @@ TEST(FrontendCoreManager, H5_StreamInFlightEndsWithAnErrorEventWhenTheCoreDies) 
   // The request hangs in the core; once the frontend counts it in flight, kill the core.
   std::thread killer([&] {
     if (wait_until([&] { return rig.manager->metrics().requests_in_flight == 1; }, 5000ms)) {
-      kill(rig.manager->core_pid(0), SIGKILL);
+      send_signal(rig.manager->core_pid(0), SIGKILL);
     }
   });
   const auto start = TestClock::now();

@@ -88,7 +88,7 @@ TEST(ServeE2E, H2_H5_KilledWorkerTurnsHealth503AndEndsTheStreamNamingIt) {
       10000ms, [&](const SseEvent&) {
         if (killed) return;
         killed = TestClock::now();
-        ::kill(worker, SIGKILL);
+        send_signal(worker, SIGKILL);
         watcher = std::thread([&] {
           if (wait_until([&] { return serve->get("/health", 1000ms).status == 503; }, 2000ms, 1ms)) {
             health_503 = TestClock::now();
@@ -113,12 +113,12 @@ TEST(ServeE2E, H6_StoppedWorkerTurnsHealth503WithinTheStallTimeout) {
   ASSERT_TRUE(serve);
   const pid_t worker = find_role(*serve, {"worker", "0/0"});
   ASSERT_GT(worker, 0);
-  ::kill(worker, SIGSTOP);
+  send_signal(worker, SIGSTOP);
   const auto stopped = TestClock::now();
   EXPECT_TRUE(wait_until([&] { return serve->get("/health", 1000ms).status == 503; }, 2000ms));
   EXPECT_LT(TestClock::now() - stopped, 2000ms);
   EXPECT_NE(serve->get("/health").body.find("stalled"), std::string::npos);
-  ::kill(worker, SIGCONT);
+  send_signal(worker, SIGCONT);
 }
 
 TEST(ServeE2E, H3_KilledEngineCoreTurnsHealth503) {
@@ -126,7 +126,7 @@ TEST(ServeE2E, H3_KilledEngineCoreTurnsHealth503) {
   ASSERT_TRUE(serve);
   const pid_t core = find_role(*serve, {"engine-core", "0"});
   ASSERT_GT(core, 0);
-  ::kill(core, SIGKILL);
+  send_signal(core, SIGKILL);
   EXPECT_TRUE(wait_until([&] { return serve->get("/health", 1000ms).status == 503; }, 2000ms));
   EXPECT_NE(serve->get("/health").body.find("engine core 0"), std::string::npos)
       << serve->get("/health").body;

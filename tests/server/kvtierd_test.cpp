@@ -61,6 +61,10 @@ TEST_F(KvtierdTest, StoreLookupRetrieveReturnsExactlyTheStoredBytes) {
   }
   EXPECT_EQ(stat(*client, "cache_audit_ok"), 1u);
   EXPECT_EQ(stat(*client, "slots_pinned"), 0u);  // F12: the load's pins were released
+  // STATS carries every counter of the cache (its visit_counters), not only the slot states.
+  EXPECT_EQ(stat(*client, "slots_ready"), 3u);
+  EXPECT_EQ(stat(*client, "stores_succeeded"), 3u);
+  EXPECT_EQ(stat(*client, "loads"), 3u);
 }
 
 TEST_F(KvtierdTest, RetrieveOfAMissingKeyIsFailedAndPinsNothing) {

@@ -7,9 +7,10 @@
 #include <optional>
 #include <vector>
 
-#include "kvtier/engine/child_process.h"
+#include "kvtier/core/child_process.h"
 #include "kvtier/engine/engine_scheduler.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/heartbeat_counters.h"
 #include "kvtier/engine/progress_watchdog.h"
 #include "kvtier/engine/step_messages.h"
 #include "kvtier/engine/wire.h"
@@ -240,30 +241,13 @@ class EngineCore {
   }
 
   void send_heartbeat() {
-    nlohmann::json counters;
-    const EngineCounters e = scheduler_.counters();
-    counters["requests_running"] = e.running;
-    counters["requests_waiting"] = e.waiting;
-    counters["steps_total"] = e.steps;
-    counters["device_prefix_hit_tokens_total"] = e.device_hit_tokens;
-    counters["kvtier_hit_tokens_total"] = e.kvtier_hit_tokens;
-    counters["recomputed_tokens_total"] = e.recomputed_tokens;
-    counters["preemptions_total"] = e.preemptions;
-    if (const auto c = scheduler_.connector_counters()) {
-      counters["kvtier_loads_completed_total"] = c->loads_completed;
-      counters["kvtier_loads_failed_total"] = c->loads_failed;
-      counters["kvtier_stores_completed_total"] = c->stores_completed;
-      counters["kvtier_stores_failed_total"] = c->stores_failed;
-      counters["kvtier_jobs_unprovable_total"] = c->jobs_unprovable;
-      counters["kvtier_jobs_in_flight"] = c->jobs_in_flight;
-    }
-    if (const auto c = scheduler_.cache_counters()) {
-      counters["kvtier_host_slots_ready"] = c->slots_ready;
-      counters["kvtier_host_slots_free"] = c->slots_free;
-      counters["kvtier_quarantined_bytes"] = c->quarantined_bytes;
-    }
-    send_message(frontend_, {{"t", "hb"}, {"core", core_}, {"degraded", scheduler_.degraded()},
-                             {"counters", std::move(counters)}});
+    HeartbeatCounters c = heartbeat_counters(scheduler_.counters(), scheduler_.connector_counters(),
+                                             scheduler_.cache_counters());
+    send_message(frontend_, {{"t", "hb"},
+                             {"core", core_},
+                             {"degraded", scheduler_.degraded()},
+                             {"counters", std::move(c.values)},
+                             {"kinds", std::move(c.kinds)}});
   }
 
   void send_failed(const std::string& reason) {

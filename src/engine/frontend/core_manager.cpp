@@ -11,7 +11,7 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "kvtier/engine/child_process.h"
+#include "kvtier/core/child_process.h"
 #include "kvtier/engine/wire.h"
 
 namespace kvtier {
@@ -152,8 +152,17 @@ struct CoreManager::Impl {
           core_counters[name] = value.get<double>();
         }
       }
+      std::map<std::string, CounterKind> kinds;  // an unknown kind leaves the name untyped
+      if (body.contains("kinds")) {
+        for (const auto& [name, kind] : body["kinds"].items()) {
+          for (CounterKind k : {CounterKind::kCounter, CounterKind::kGauge}) {
+            if (kind.get_ref<const std::string&>() == to_string(k)) kinds[name] = k;
+          }
+        }
+      }
       // Counters stay current after a failure too, for /metrics.
       counters.core_counters[core] = std::move(core_counters);
+      counters.core_kinds.merge(kinds);
       health.heartbeat(core, now, std::move(degraded));
     } else if (type == "out") {
       auto it = requests.find(body.at("id").get<std::string>());

@@ -27,6 +27,7 @@
 #include "kvtier/cache/cache_manager.h"
 #include "kvtier/connector/scheduler_connector.h"
 #include "kvtier/core/config.h"
+#include "kvtier/core/counter_kind.h"
 #include "kvtier/engine/block_pool.h"
 #include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/progress_watchdog.h"
@@ -71,6 +72,23 @@ struct EngineCounters {
   size_t running = 0;
   size_t waiting = 0;
 };
+// f(name, value, kind) for every field (counter_kind.h): the request counts are gauges, the
+// rest counters. The names are the heartbeat's, without its "_total" (heartbeat_counters.h).
+template <class F>
+void visit_counters(const EngineCounters& c, F&& f) {
+  using enum CounterKind;
+  f("requests_admitted", c.requests_admitted, kCounter);
+  f("prompt_tokens", c.prompt_tokens, kCounter);
+  f("device_prefix_hit_tokens", c.device_hit_tokens, kCounter);
+  f("kvtier_hit_tokens", c.kvtier_hit_tokens, kCounter);
+  f("recomputed_tokens", c.recomputed_tokens, kCounter);
+  f("generated_tokens", c.generated_tokens, kCounter);
+  f("preemptions", c.preemptions, kCounter);
+  f("steps", c.steps, kCounter);
+  f("cache_events", c.cache_events, kCounter);
+  f("requests_running", uint64_t{c.running}, kGauge);
+  f("requests_waiting", uint64_t{c.waiting}, kGauge);
+}
 
 class EngineScheduler {
  public:
