@@ -402,7 +402,9 @@ std::optional<Op> parse_op(std::string_view name) {
   return std::nullopt;
 }
 
-std::string_view to_string(TestHook hook) { return kHookNames[static_cast<size_t>(hook)]; }
+std::string_view to_string(TestHook hook) {
+  return kHookNames[static_cast<size_t>(hook)];
+}
 
 std::optional<TestHook> parse_test_hook(std::string_view name) {
   for (size_t i = 0; i < std::size(kHookNames); ++i) {
