@@ -1,10 +1,10 @@
 // The engine core and its workers as real processes, with the test as the frontend.
 #include <gtest/gtest.h>
 
-#include "engine/core_process_harness.h"
-#include "engine/engine_runs.h"
 #include <csignal>
 
+#include "engine/core_process_harness.h"
+#include "engine/engine_runs.h"
 #include "kvtier/engine/byte_vocab.h"
 
 namespace kvtier::testing {
@@ -48,8 +48,7 @@ TEST(EngineCore, InjectedLoadAndStoreFaultsLeaveOutputsIdentical) {
   faulty.faults.delay_rate = 0.2;
   const RunResult run = shared_prefix_run(faulty);
   EXPECT_EQ(run.outputs, clean.outputs);
-  EXPECT_GT(run.counters.value("kvtier_stores_failed_total", 0), 0)
-      << run.counters.dump();
+  EXPECT_GT(run.counters.value("kvtier_stores_failed_total", 0), 0) << run.counters.dump();
 }
 
 }  // namespace
@@ -96,7 +95,8 @@ TEST(EngineCoreHealth, H6_StoppedWorkerIsReportedStalled) {
   send_signal(h.worker_pids()[0], SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
   ASSERT_TRUE(h.wait_until([&] { return h.failed().has_value(); }, milliseconds(1500)));
-  EXPECT_GE(std::chrono::steady_clock::now() - stopped, milliseconds(400)) << "not before the timeout";
+  EXPECT_GE(std::chrono::steady_clock::now() - stopped, milliseconds(400))
+      << "not before the timeout";
   EXPECT_NE(h.failed()->find("worker 0/0"), std::string::npos) << *h.failed();
   EXPECT_NE(h.failed()->find("stalled"), std::string::npos) << *h.failed();
   send_signal(h.worker_pids()[0], SIGCONT);

@@ -54,7 +54,8 @@ inline HttpReply to_reply(const httplib::Result& result) {
   return {result->status, result->body, result->get_header_value("Content-Type")};
 }
 
-inline httplib::Client client(const std::string& host, int port, std::chrono::milliseconds timeout) {
+inline httplib::Client client(const std::string& host, int port,
+                              std::chrono::milliseconds timeout) {
   httplib::Client c(host, port);
   c.set_connection_timeout(timeout);
   c.set_read_timeout(timeout);
@@ -89,10 +90,10 @@ struct SseEvent {
 struct SseStream {
   int status = 0;
   std::vector<SseEvent> events;
-  bool done = false;        // saw "data: [DONE]"
-  bool error = false;       // saw an `error` event
-  bool timed_out = false;   // the deadline passed before the stream ended
-  std::string raw;          // everything received
+  bool done = false;       // saw "data: [DONE]"
+  bool error = false;      // saw an `error` event
+  bool timed_out = false;  // the deadline passed before the stream ended
+  std::string raw;         // everything received
   // The concatenated text of the chunks (completions: text; chat: delta.content).
   std::string text() const {
     std::string out;
@@ -173,19 +174,22 @@ inline std::vector<std::string> command_line_of(pid_t pid) {
 inline std::optional<pid_t> find_process(pid_t root, const std::vector<std::string>& role,
                                          std::chrono::milliseconds timeout = 5000ms) {
   std::optional<pid_t> found;
-  wait_until([&] {
-    std::vector<pid_t> pending = {root};
-    while (!pending.empty() && !found) {
-      const pid_t pid = pending.back();
-      pending.pop_back();
-      const std::vector<std::string> args = command_line_of(pid);
-      if (pid != root && std::search(args.begin(), args.end(), role.begin(), role.end()) != args.end()) {
-        found = pid;
-      }
-      for (pid_t child : child_processes(pid)) pending.push_back(child);
-    }
-    return found.has_value();
-  }, timeout);
+  wait_until(
+      [&] {
+        std::vector<pid_t> pending = {root};
+        while (!pending.empty() && !found) {
+          const pid_t pid = pending.back();
+          pending.pop_back();
+          const std::vector<std::string> args = command_line_of(pid);
+          if (pid != root &&
+              std::search(args.begin(), args.end(), role.begin(), role.end()) != args.end()) {
+            found = pid;
+          }
+          for (pid_t child : child_processes(pid)) pending.push_back(child);
+        }
+        return found.has_value();
+      },
+      timeout);
   return found;
 }
 
@@ -211,7 +215,8 @@ class ServeProcess {
     const auto deadline = TestClock::now() + timeout;
     static const std::regex line_re(R"(serving (\S+) on http://([^:\s]+):(\d+))");
     while (TestClock::now() < deadline) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TestClock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TestClock::now());
       pollfd fd{process.stdout_fd_, POLLIN, 0};
       if (::poll(&fd, 1, static_cast<int>(std::max<int64_t>(1, left.count()))) <= 0) continue;
       char buffer[512];

@@ -51,8 +51,8 @@ namespace kvtier {
 
 struct SchedulerOptions {
   uint32_t world_size = 1;
-  KvLayout layout;          // what one rank holds; every rank holds the same shape
-  std::string model;        // part of every key's namespace
+  KvLayout layout;            // what one rank holds; every rank holds the same shape
+  std::string model;          // part of every key's namespace
   bool store_decode = false;  // store chunks of generated tokens too, not only the prompt
   // A chunk is stored only once this many lookups (by any request) asked for it; 1 stores
   // everything a request computes.
@@ -112,7 +112,7 @@ struct ConnectorCounters {
   uint64_t stores_failed = 0;
   uint64_t jobs_unprovable = 0;
   uint64_t jobs_timed_out = 0;
-  uint64_t stale_acks = 0;  // acks for jobs not in flight, ignored (F9)
+  uint64_t stale_acks = 0;      // acks for jobs not in flight, ignored (F9)
   uint64_t stores_skipped = 0;  // no room in the host pool
   uint64_t flushes = 0;         // store jobs put in a flush set (F10)
   uint64_t loaded_tokens = 0;
@@ -200,8 +200,8 @@ class SchedulerConnector {
   std::vector<TransferJob> pending_loads_;      // created since the last step
   std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> being_loaded_;
   std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> lookups_seen_;  // store_threshold
-  std::vector<JobId> pending_flush_;            // F10, found by update_state_after_alloc
-  std::vector<LoadFinished> resumed_;           // loads that could not start
+  std::vector<JobId> pending_flush_;   // F10, found by update_state_after_alloc
+  std::vector<LoadFinished> resumed_;  // loads that could not start
   // Per group, per device block: the newest store job in flight reading it, or 0 (F10).
   std::vector<std::vector<JobId>> store_reading_;
   std::string fail_stop_reason_;

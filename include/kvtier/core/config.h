@@ -91,7 +91,7 @@ struct EngineConfig {
   uint32_t max_running_requests = 64;
   uint32_t max_tokens = 64;  // default completion length
   double heartbeat_interval_s = 0.1;
-  double stall_timeout_s = 5.0;  // H6
+  double stall_timeout_s = 5.0;      // H6
   double progress_timeout_s = 30.0;  // H8
   double request_timeout_s = 600.0;  // a request's whole life, from its arrival
 
@@ -141,7 +141,8 @@ struct TiersConfig {
 
 // kvtierd (the cache server) and its clients.
 struct ServerConfig {
-  std::string endpoint = "ipc:///tmp/kvtierd.sock";  // a ZeroMQ endpoint: tcp://host:port, ipc://path
+  std::string endpoint =
+      "ipc:///tmp/kvtierd.sock";      // a ZeroMQ endpoint: tcp://host:port, ipc://path
   double heartbeat_interval_s = 1.0;  // client PING period; a dead server is seen within two
   double client_timeout_s = 10.0;     // server: a client silent this long is gone (>= 3 heartbeats)
   double request_timeout_s = 5.0;     // client: deadline of a non-transfer request

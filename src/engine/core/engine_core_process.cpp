@@ -45,10 +45,10 @@ class EngineCore {
     workers_socket_.bind(core_endpoint(run_dir, core));
     const std::string exe = self_executable();
     for (uint32_t r = 0; r < shape_.world_size; ++r) {
-      workers_.push_back(Worker{
-          .process = ChildProcess::spawn({exe, "worker", std::to_string(core) + "/" + std::to_string(r),
-                                          "--run-dir", run_dir, "--config", config_path}),
-          .last_heard = Clock::now()});
+      workers_.push_back(Worker{.process = ChildProcess::spawn(
+                                    {exe, "worker", std::to_string(core) + "/" + std::to_string(r),
+                                     "--run-dir", run_dir, "--config", config_path}),
+                                .last_heard = Clock::now()});
     }
   }
 
@@ -56,7 +56,8 @@ class EngineCore {
     if (!wait_for_workers()) return stop(1);
     std::vector<pid_t> pids;
     for (const Worker& w : workers_) pids.push_back(w.process.pid());
-    send_message(frontend_, {{"t", "hello"}, {"core", core_}, {"pid", getpid()}, {"workers", pids}});
+    send_message(frontend_,
+                 {{"t", "hello"}, {"core", core_}, {"pid", getpid()}, {"workers", pids}});
     auto next_heartbeat = Clock::now();
     for (;;) {
       zmq::pollitem_t items[] = {{frontend_.handle(), 0, ZMQ_POLLIN, 0},
@@ -109,7 +110,8 @@ class EngineCore {
     size_t registered = 0;
     while (registered < workers_.size()) {
       if (Clock::now() > deadline) {
-        send_failed("workers did not register within " + std::to_string(kStartupTimeout.count()) + " s");
+        send_failed("workers did not register within " + std::to_string(kStartupTimeout.count()) +
+                    " s");
         return false;
       }
       if (const auto reason = check_workers()) {
@@ -166,7 +168,8 @@ class EngineCore {
     Worker& w = workers_[*rank];
     w.last_heard = Clock::now();
     const std::string type = msg.body["t"];
-    if (type == "fatal") return worker_name(*rank) + ": " + msg.body.value("message", std::string());
+    if (type == "fatal")
+      return worker_name(*rank) + ": " + msg.body.value("message", std::string());
     if (type != "done" || !step_in_flight_ || w.done) return std::nullopt;
     try {
       if (msg.body.at("step").get<uint64_t>() != step_) return std::nullopt;
@@ -200,11 +203,14 @@ class EngineCore {
     const StepPlan plan = scheduler_.plan_step();
     nlohmann::json batch = nlohmann::json::array();
     for (const BatchEntry& e : plan.batch) {
-      batch.push_back({{"start", e.start},
-                       {"tokens", e.tokens},
-                       {"tables", std::vector<std::vector<uint32_t>>(shape_.layout.groups.size(), e.table)}});
+      batch.push_back(
+          {{"start", e.start},
+           {"tokens", e.tokens},
+           {"tables", std::vector<std::vector<uint32_t>>(shape_.layout.groups.size(), e.table)}});
     }
-    const nlohmann::json msg = {{"t", "step"}, {"step", plan.step}, {"batch", std::move(batch)},
+    const nlohmann::json msg = {{"t", "step"},
+                                {"step", plan.step},
+                                {"batch", std::move(batch)},
                                 {"meta", to_json(plan.metadata)}};
     step_ = plan.step;
     for (uint32_t r = 0; r < workers_.size(); ++r) {
@@ -220,24 +226,27 @@ class EngineCore {
     step_in_flight_ = false;
     std::vector<WorkerOutput> outputs;
     for (Worker& w : workers_) outputs.push_back(std::move(*w.output));
-    for (const RequestUpdate& u : scheduler_.finish_step(workers_[0].tokens, outputs)) send_update(u);
+    for (const RequestUpdate& u : scheduler_.finish_step(workers_[0].tokens, outputs))
+      send_update(u);
     if (scheduler_.fail_stopped()) return "fail-stop (F7): " + scheduler_.fail_stop_reason();
     return std::nullopt;
   }
 
   void send_update(const RequestUpdate& u) {
     if (!u.error.empty()) {
-      send_message(frontend_, {{"t", "err"}, {"id", u.id}, {"message", u.error},
-                               {"status", u.rejected ? 400 : 503}});
+      send_message(
+          frontend_,
+          {{"t", "err"}, {"id", u.id}, {"message", u.error}, {"status", u.rejected ? 400 : 503}});
       return;
     }
-    send_message(frontend_, {{"t", "out"},
-                             {"id", u.id},
-                             {"tokens", u.new_tokens},
-                             {"done", u.done},
-                             {"finish_reason", u.done ? nlohmann::json(u.finish_reason) : nlohmann::json()},
-                             {"prompt_tokens", u.prompt_tokens},
-                             {"cached_tokens", u.cached_tokens}});
+    send_message(frontend_,
+                 {{"t", "out"},
+                  {"id", u.id},
+                  {"tokens", u.new_tokens},
+                  {"done", u.done},
+                  {"finish_reason", u.done ? nlohmann::json(u.finish_reason) : nlohmann::json()},
+                  {"prompt_tokens", u.prompt_tokens},
+                  {"cached_tokens", u.cached_tokens}});
   }
 
   void send_heartbeat() {
@@ -258,8 +267,8 @@ class EngineCore {
   int fail(const std::string& reason) {
     std::cerr << "engine-core " << core_ << ": failed: " << reason << "\n";
     send_failed(reason);
-    for (const RequestUpdate& u : scheduler_.fail_all("engine core " + std::to_string(core_) +
-                                                      " failed: " + reason)) {
+    for (const RequestUpdate& u :
+         scheduler_.fail_all("engine core " + std::to_string(core_) + " failed: " + reason)) {
       send_update(u);
     }
     return stop(1);
@@ -271,7 +280,8 @@ class EngineCore {
     for (uint32_t r = 0; r < workers_.size(); ++r) {
       send_message_to(workers_socket_, "w" + std::to_string(r), {{"t", "shutdown"}});
     }
-    const auto deadline = Clock::now() + (code == 0 ? std::chrono::seconds(2) : Clock::duration::zero());
+    const auto deadline =
+        Clock::now() + (code == 0 ? std::chrono::seconds(2) : Clock::duration::zero());
     for (Worker& w : workers_) {
       while (!w.process.poll_exit() && Clock::now() < deadline) {
         zmq::pollitem_t item{workers_socket_.handle(), 0, ZMQ_POLLIN, 0};

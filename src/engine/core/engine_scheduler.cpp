@@ -19,7 +19,7 @@ struct EngineScheduler::Request {
   size_t load_from = 0;              // num_computed when its load started
   uint64_t progress_mark = 0;        // most tokens ever computed (H8)
   bool reported_cache = false;
-  bool aborted = false;              // ends once its load has ended
+  bool aborted = false;  // ends once its load has ended
   State state = State::kWaiting;
 };
 
@@ -87,8 +87,8 @@ void EngineScheduler::extend_block_keys(Request& r) {
                                                   .layout_fingerprint = shape_.layout.fingerprint(),
                                                   .cache_salt = "device"})
                                 : r.block_keys.back();
-    r.block_keys.push_back(next_chunk_key(
-        parent, std::span(r.tokens).subspan(r.block_keys.size() * bs, bs)));
+    r.block_keys.push_back(
+        next_chunk_key(parent, std::span(r.tokens).subspan(r.block_keys.size() * bs, bs)));
   }
 }
 
@@ -138,8 +138,8 @@ void EngineScheduler::schedule(Request& r, size_t& budget, std::vector<Request*>
 }
 
 EngineScheduler::Admission EngineScheduler::admit(Request& r, size_t& budget,
-                                                 std::vector<Request*>& scheduled,
-                                                 StepInput& input) {
+                                                  std::vector<Request*>& scheduled,
+                                                  StepInput& input) {
   extend_block_keys(r);
   const size_t bs = config_.layout.block_size;
   // The device prefix cache first; at least the last prompt token is computed.
@@ -244,8 +244,9 @@ StepPlan EngineScheduler::plan_step() {
     const size_t n = last_counts_[i];
     plan.batch.push_back(BatchEntry{
         .start = static_cast<uint32_t>(r.num_computed),
-        .tokens = std::vector<TokenId>(r.tokens.begin() + static_cast<ptrdiff_t>(r.num_computed),
-                                       r.tokens.begin() + static_cast<ptrdiff_t>(r.num_computed + n)),
+        .tokens =
+            std::vector<TokenId>(r.tokens.begin() + static_cast<ptrdiff_t>(r.num_computed),
+                                 r.tokens.begin() + static_cast<ptrdiff_t>(r.num_computed + n)),
         .table = r.blocks});
   }
   last_scheduled_ = std::move(scheduled);
@@ -347,8 +348,9 @@ std::vector<RequestUpdate> EngineScheduler::fail_all(const std::string& error) {
 }
 
 ProgressSnapshot EngineScheduler::progress() const {
-  ProgressSnapshot s{.finished = finished_,
-                     .transfers_in_flight = connector_ && connector_->counters().jobs_in_flight > 0};
+  ProgressSnapshot s{
+      .finished = finished_,
+      .transfers_in_flight = connector_ && connector_->counters().jobs_in_flight > 0};
   for (const auto& [id, r] : requests_) {
     if (r->state == State::kFinishing) continue;
     s.requests.push_back(

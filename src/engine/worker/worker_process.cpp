@@ -68,8 +68,9 @@ class Worker {
     if (shape_.world_size == 1) {
       collective_ = std::make_unique<SingleRankCollective>();
     } else {
-      collective_ = std::make_unique<ZmqCollective>(context_, collective_endpoint(run_dir, core), rank,
-                                                    shape_.world_size, std::chrono::seconds(60));
+      collective_ =
+          std::make_unique<ZmqCollective>(context_, collective_endpoint(run_dir, core), rank,
+                                          shape_.world_size, std::chrono::seconds(60));
     }
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::routing_id, "w" + std::to_string(rank));
@@ -155,10 +156,9 @@ class Worker {
     }
     connector_->queue_stores(meta);
     const WorkerOutput out = connector_->take_output();
-    send_message(socket_, {{"t", "done"},
-                           {"step", body.at("step")},
-                           {"tokens", sampled},
-                           {"output", to_json(out)}});
+    send_message(
+        socket_,
+        {{"t", "done"}, {"step", body.at("step")}, {"tokens", sampled}, {"output", to_json(out)}});
   }
 
   const Config config_;

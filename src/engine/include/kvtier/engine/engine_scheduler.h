@@ -56,19 +56,19 @@ struct RequestUpdate {
   std::string error;          // non-empty: the request ended with this error
   bool rejected = false;      // with `error`: the request is invalid as sent (never queued)
   size_t prompt_tokens = 0;
-  size_t cached_tokens = 0;   // prompt tokens not computed: device prefix cache + kvtier
+  size_t cached_tokens = 0;  // prompt tokens not computed: device prefix cache + kvtier
 };
 
 struct EngineCounters {
   uint64_t requests_admitted = 0;
   uint64_t prompt_tokens = 0;
-  uint64_t device_hit_tokens = 0;   // prompt tokens found in the device prefix cache
-  uint64_t kvtier_hit_tokens = 0;   // prompt tokens loaded by the connector
-  uint64_t recomputed_tokens = 0;   // tokens of failed loads computed again (F4)
+  uint64_t device_hit_tokens = 0;  // prompt tokens found in the device prefix cache
+  uint64_t kvtier_hit_tokens = 0;  // prompt tokens loaded by the connector
+  uint64_t recomputed_tokens = 0;  // tokens of failed loads computed again (F4)
   uint64_t generated_tokens = 0;
   uint64_t preemptions = 0;
   uint64_t steps = 0;
-  uint64_t cache_events = 0;        // stored / removed events of the host cache
+  uint64_t cache_events = 0;  // stored / removed events of the host cache
   size_t running = 0;
   size_t waiting = 0;
 };

@@ -14,7 +14,7 @@ namespace kvtier {
 
 struct EngineShape {
   ModelConfig model;
-  KvLayout layout;          // one rank's share; every group has layout.block_size tokens/block
+  KvLayout layout;  // one rank's share; every group has layout.block_size tokens/block
   uint32_t world_size = 1;
   uint32_t device_blocks = 0;  // per rank and group
   uint32_t host_slots = 0;     // slots of the host cache; a rank's pool holds its share of each
