@@ -137,7 +137,9 @@ Result<std::unique_ptr<SocketLoop>> SocketLoop::setup(const ServerOptions& optio
   if (!tiers) return std::unexpected(tiers.error());
 
   zmq::socket_t& router = loop->router_;
-  router.set(zmq::sockopt::linger, 200);
+  // The farewell `shutdown` events must leave before the socket closes, on a loaded machine too
+  // (200 ms lost them under ASan in CI); only a peer that stopped reading costs this at exit.
+  router.set(zmq::sockopt::linger, 2000);
   // Frames past 16x max_frame_bytes are dropped by the transport with the connection (the
   // memory bound); frames past max_frame_bytes get a too_large error reply.
   router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(std::min<uint64_t>(
