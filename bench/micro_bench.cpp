@@ -23,8 +23,12 @@ BENCHMARK(BM_ChunkKeys)->Arg(32 << 10);
 void BM_BuildCopyDescriptors(benchmark::State& state) {
   const bool coalesce = state.range(0) != 0;
   KvLayout layout{DeviceLayout::kPerLayer,
-                  {KvGroup{.layers = 32, .kv_heads = 8, .head_dim = 128, .dtype_bytes = 2,
-                           .block_size = 16, .blocks_per_chunk = 16}}};
+                  {KvGroup{.layers = 32,
+                           .kv_heads = 8,
+                           .head_dim = 128,
+                           .dtype_bytes = 2,
+                           .block_size = 16,
+                           .blocks_per_chunk = 16}}};
   const KvGroup& g = layout.groups[0];
   constexpr uint32_t kChunks = 128;  // a 32k-token prompt
   KvCacheAddresses caches{{GroupCacheAddresses{.num_blocks = kChunks * g.blocks_per_chunk}}};
@@ -33,7 +37,8 @@ void BM_BuildCopyDescriptors(benchmark::State& state) {
   std::vector<ChunkTransfer> chunks;
   for (uint32_t c = 0; c < kChunks; ++c) {
     ChunkTransfer t{.group = 0, .slot = kChunks - 1 - c};
-    for (uint32_t j = 0; j < g.blocks_per_chunk; ++j) t.blocks.push_back(c * g.blocks_per_chunk + j);
+    for (uint32_t j = 0; j < g.blocks_per_chunk; ++j)
+      t.blocks.push_back(c * g.blocks_per_chunk + j);
     chunks.push_back(std::move(t));
   }
   size_t descriptors = 0;

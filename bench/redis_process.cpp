@@ -1,6 +1,5 @@
 #include "redis_process.h"
 
-#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -9,7 +8,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <optional>
 #include <random>
+#include <system_error>
 #include <thread>
 
 namespace kvtier::bench {
@@ -39,31 +40,24 @@ bool program_on_path(const std::string& name) {
   return false;
 }
 
-// Starts a program with stdout/stderr appended to `log`; -1 if it cannot be forked.
-// The child only makes system calls (no allocation: other threads may hold malloc's lock).
-pid_t spawn_logged(const std::vector<std::string>& argv, const std::filesystem::path& log) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const std::string log_path = log.string();
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd >= 0) {
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-  }
-  ::execvp(args[0], args.data());
-  ::_exit(127);
+// Starts a program found on PATH with its stdout and stderr appended to `log`.
+ChildProcess spawn_logged(const std::vector<std::string>& argv, const std::filesystem::path& log) {
+  return ChildProcess::spawn(argv,
+                             {.die_with_parent = false, .search_path = true, .output_file = log});
 }
 
-// Runs a program to its end; its exit status, -1 if it cannot run.
-int run_program(const std::vector<std::string>& argv, const std::filesystem::path& log) {
-  const pid_t pid = spawn_logged(argv, log);
-  if (pid < 0) return -1;
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+// Runs a program to its end, at most `timeout`; its exit status, -1 if it cannot run, is killed
+// or does not end in time.
+int run_program(const std::vector<std::string>& argv, const std::filesystem::path& log,
+                Duration timeout) {
+  try {
+    ChildProcess child = spawn_logged(argv, log);
+    if (!child.wait_exit(timeout)) return -1;  // killed and reaped by ~ChildProcess
+    const std::optional<int> status = child.wait_status();
+    return status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+  } catch (const std::system_error&) {
+    return -1;
+  }
 }
 
 timeval to_timeval(Duration d) {
@@ -103,9 +97,7 @@ Result<std::unique_ptr<RedisServerProcess>> RedisServerProcess::start(Options op
   }
 }
 
-RedisServerProcess::~RedisServerProcess() {
-  kill();
-}
+RedisServerProcess::~RedisServerProcess() = default;  // ~ChildProcess kills and reaps
 
 Status RedisServerProcess::spawn(Duration ready_timeout) {
   const std::filesystem::path log = options_.directory / "redis.log";
@@ -123,14 +115,15 @@ Status RedisServerProcess::spawn(Duration ready_timeout) {
                                    "--protected-mode",
                                    "no"};
   argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
-  const pid_t pid = spawn_logged(argv, log);
-  if (pid < 0) return make_error(ErrorCode::kUnavailable, "fork failed");
-  pid_ = pid;
+  try {
+    process_ = spawn_logged(argv, log);
+  } catch (const std::system_error& e) {
+    return make_error(ErrorCode::kUnavailable,
+                      std::string("cannot start redis-server: ") + e.what());
+  }
   const TimePoint deadline = SteadyClock::instance().now() + ready_timeout;
   while (SteadyClock::instance().now() < deadline) {
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
+    if (process_.poll_exit()) {
       return make_error(ErrorCode::kUnavailable, "redis-server on port " +
                                                      std::to_string(options_.port) +
                                                      " exited at start; see " + log.string());
@@ -148,19 +141,15 @@ Status RedisServerProcess::spawn(Duration ready_timeout) {
 }
 
 void RedisServerProcess::kill() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGKILL);  // works on a stopped process too
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
+  process_.kill_and_reap();
 }
 
 void RedisServerProcess::pause() {
-  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  process_.signal(SIGSTOP);
 }
 
 void RedisServerProcess::resume() {
-  if (pid_ > 0) ::kill(pid_, SIGCONT);
+  process_.signal(SIGCONT);
 }
 
 Status RedisServerProcess::restart(Duration ready_timeout) {
@@ -234,7 +223,7 @@ Result<std::unique_ptr<RedisClusterProcess>> RedisClusterProcess::start(
   }
   create.insert(create.end(), {"--cluster-replicas", "0", "--cluster-yes"});
   const std::filesystem::path log = directory / "cluster-create.log";
-  if (run_program(create, log) != 0) {
+  if (run_program(create, log, ready_timeout) != 0) {
     return make_error(ErrorCode::kUnavailable,
                       "redis-cli --cluster create failed; see " + log.string());
   }

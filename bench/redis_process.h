@@ -7,13 +7,12 @@
 // Thread-safety: none; one thread drives each object.
 #pragma once
 
-#include <sys/types.h>
-
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kvtier/core/child_process.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/status.h"
 
@@ -38,7 +37,7 @@ class RedisServerProcess {
   int port() const { return options_.port; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(options_.port); }
   std::string address() const { return "127.0.0.1:" + std::to_string(options_.port); }
-  bool running() const { return pid_ > 0; }
+  bool running() const { return process_.running(); }
 
   // SIGKILL and reap: the server is gone at once, as in a crash.
   void kill();
@@ -56,7 +55,7 @@ class RedisServerProcess {
   Status spawn(Duration ready_timeout);
 
   Options options_;
-  pid_t pid_ = -1;
+  ChildProcess process_;
 };
 
 // Three masters, no replicas, all 16384 slots assigned (redis-cli --cluster create).

@@ -34,9 +34,14 @@ class Simulation {
       : o_(o),
         rng_(o.seed),
         layout_{.device_layout = DeviceLayout::kPerLayer,
-                .groups = {KvGroup{.layers = 32, .kv_heads = 8, .head_dim = 128, .dtype_bytes = 2,
-                                   .block_size = 16, .blocks_per_chunk = 16}}},
-        cache_(size_t{1} << 16, layout_.max_chunk_bytes(), *make_eviction_policy("lru", size_t{1} << 16)),
+                .groups = {KvGroup{.layers = 32,
+                                   .kv_heads = 8,
+                                   .head_dim = 128,
+                                   .dtype_bytes = 2,
+                                   .block_size = 16,
+                                   .blocks_per_chunk = 16}}},
+        cache_(size_t{1} << 16, layout_.max_chunk_bytes(),
+               *make_eviction_policy("lru", size_t{1} << 16)),
         connector_({.world_size = o.world_size, .layout = layout_, .model = "bench"}, cache_) {
     for (int d = 0; d < 4; ++d) documents_.push_back(random_tokens(o.shared_prefix_tokens));
   }
@@ -62,10 +67,14 @@ class Simulation {
       if (n == 0) return;
       if (left > 1) budget -= n;
       allocate(r, r.computed + n);
-      GroupBlocks added{std::vector<uint32_t>(r.blocks.begin() + static_cast<ptrdiff_t>(r.blocks_given), r.blocks.end())};
+      GroupBlocks added{std::vector<uint32_t>(
+          r.blocks.begin() + static_cast<ptrdiff_t>(r.blocks_given), r.blocks.end())};
       r.blocks_given = r.blocks.size();
-      input.requests.push_back({.id = r.id, .tokens = r.tokens, .num_prompt_tokens = r.prompt,
-                                .new_blocks = std::move(added), .num_computed_after_step = r.computed + n});
+      input.requests.push_back({.id = r.id,
+                                .tokens = r.tokens,
+                                .num_prompt_tokens = r.prompt,
+                                .new_blocks = std::move(added),
+                                .num_computed_after_step = r.computed + n});
       r.computed += n;
       scheduled.push_back(&r);
     };
@@ -89,7 +98,8 @@ class Simulation {
       r.state = m.tokens > 0 ? SimRequest::kLoading : SimRequest::kRunning;
       if (r.state == SimRequest::kRunning) schedule(r);
     }
-    const StepMetadata meta = timed_call(kBuild, [&] { return connector_.build_step_metadata(input); });
+    const StepMetadata meta =
+        timed_call(kBuild, [&] { return connector_.build_step_metadata(input); });
     // The ranks acknowledge last step's jobs (one step of transfer latency).
     const StepOutcome outcome =
         timed_call(kAggregate, [&] { return connector_.update_from_worker_output(outputs_); });
@@ -210,16 +220,18 @@ int run_scheduler_bench(const SchedulerBenchOptions& options, std::ostream& out)
                        {"target_us_per_step", 50},
                        {"jobs_issued", c.jobs_issued},
                        {"loaded_tokens", c.loaded_tokens}};
-    for (int p = 0; p < Simulation::kParts; ++p) row[Simulation::kPartNames[p]] = sim.us_per_step(p);
+    for (int p = 0; p < Simulation::kParts; ++p)
+      row[Simulation::kPartNames[p]] = sim.us_per_step(p);
     out << row.dump() << "\n";
   } else {
     char line[256];
-    std::snprintf(line, sizeof line,
-                  "scheduler: %zu requests, %zu-token prompts, %u ranks: %.1f us/step over %zu steps "
-                  "(target <= 50), %llu jobs, %llu tokens loaded\n",
-                  options.requests, options.prompt_tokens, options.world_size, us, options.steps,
-                  static_cast<unsigned long long>(c.jobs_issued),
-                  static_cast<unsigned long long>(c.loaded_tokens));
+    std::snprintf(
+        line, sizeof line,
+        "scheduler: %zu requests, %zu-token prompts, %u ranks: %.1f us/step over %zu steps "
+        "(target <= 50), %llu jobs, %llu tokens loaded\n",
+        options.requests, options.prompt_tokens, options.world_size, us, options.steps,
+        static_cast<unsigned long long>(c.jobs_issued),
+        static_cast<unsigned long long>(c.loaded_tokens));
     out << line;
   }
   return 0;

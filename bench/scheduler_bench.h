@@ -12,10 +12,10 @@ namespace kvtier::bench {
 
 struct SchedulerBenchOptions {
   bool json = false;
-  size_t requests = 256;        // running at once
+  size_t requests = 256;  // running at once
   size_t prompt_tokens = 32768;
   size_t shared_prefix_tokens = 24576;  // of each prompt, from one of a few documents
-  size_t prefill_chunk = 2048;  // prompt tokens computed per step, over all requests
+  size_t prefill_chunk = 2048;          // prompt tokens computed per step, over all requests
   size_t mean_decode_tokens = 1024;
   uint32_t world_size = 2;
   size_t warmup_steps = 2000;

@@ -58,9 +58,9 @@ int run_transfer_bench(const TransferBenchOptions& o, std::ostream& out) {
     const KvLayout layout = bench_layout(layout_kind, chunk_bytes);
     Setup s(device, layout, o.total_bytes, true);
     for (bool coalesce : {false, true}) {
-      TransferEngine engine(device, layout, s.caches, s.slots, compute,
-                            TransferOptions{.max_batch_descriptors = o.max_batch_descriptors,
-                                            .coalesce = coalesce});
+      TransferEngine engine(
+          device, layout, s.caches, s.slots, compute,
+          TransferOptions{.max_batch_descriptors = o.max_batch_descriptors, .coalesce = coalesce});
       const size_t descriptors =
           build_copy_descriptors(layout, s.caches, s.slots, Direction::kStore, s.chunks, coalesce)
               .size();

@@ -13,8 +13,8 @@ struct TransferBenchOptions {
   bool json = false;
   size_t total_bytes = size_t{64} << 20;  // moved per measurement
   int repeat = 5;                         // measurements per side; the best of each is kept
-  std::vector<size_t> chunk_bytes = {16 << 10, 32 << 10, 64 << 10, 128 << 10,
-                                     256 << 10, 512 << 10, 1 << 20,   2 << 20};
+  std::vector<size_t> chunk_bytes = {16 << 10,  32 << 10,  64 << 10, 128 << 10,
+                                     256 << 10, 512 << 10, 1 << 20,  2 << 20};
   size_t max_batch_descriptors = 8192;
   std::string device = "host";  // "host" or "cuda"
   int cuda_ordinal = 0;

@@ -2,8 +2,6 @@
 // host slots for it, timing the transfer engine over them, and printing one row.
 #pragma once
 
-#include "bench_row.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -16,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench_row.h"
 #include "kvtier/device/device.h"
 #include "kvtier/transfer/transfer_engine.h"
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "bench_row.h"
-#include "kvtier/engine/child_process.h"
+#include "kvtier/core/child_process.h"
 
 namespace kvtier::bench {
 namespace {
@@ -62,12 +62,7 @@ class Server {
   }
 
   ~Server() {
-    process_.signal(SIGTERM);
-    const auto deadline = BenchClock::now() + std::chrono::seconds(10);
-    while (!process_.poll_exit() && BenchClock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    process_.kill_and_reap();
+    process_.stop(std::chrono::seconds(10));  // SIGTERM: graceful, its run dir is removed
     std::filesystem::remove_all(dir_);
   }
 
@@ -284,7 +279,7 @@ int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
     }
     if (workers.empty()) throw std::runtime_error("no worker process found");
     const auto t0 = BenchClock::now();
-    ::kill(workers.back(), SIGKILL);
+    send_signal(workers.back(), SIGKILL);
     while (server.health() != 503) {
       if (ms_since(t0) > 10000) throw std::runtime_error("/health never answered 503");
     }

@@ -2,8 +2,8 @@
 
 #include "commands.h"
 #include "scheduler_bench.h"
-#include "tier_bench.h"
 #include "server_bench.h"
+#include "tier_bench.h"
 #include "transfer_bench.h"
 #include "workload_bench.h"
 
@@ -36,14 +36,16 @@ Action add_bench_command(CLI::App& app) {
   transfer->add_option("--repeat", options->repeat, "Measurements per side; best kept (default 5)")
       ->check(CLI::Range(1, 100));
   CLI::App* scheduler = bench->add_subcommand(
-      "scheduler", "Scheduler-side connector cost per step: 256 running requests, 32k-token prompts");
+      "scheduler",
+      "Scheduler-side connector cost per step: 256 running requests, 32k-token prompts");
   auto sched = std::make_shared<bench::SchedulerBenchOptions>();
   scheduler->add_flag("--json", sched->json, "Print JSON Lines instead of text");
   scheduler->add_option("--requests", sched->requests, "Requests running at once (default 256)")
       ->check(CLI::Range(1, 65536));
   scheduler->add_option("--steps", sched->steps, "Measured steps (default 1000)")
       ->check(CLI::Range(1, 1000000));
-  scheduler->add_option("--world-size", sched->world_size, "Ranks acknowledging each job (default 2)")
+  scheduler
+      ->add_option("--world-size", sched->world_size, "Ranks acknowledging each job (default 2)")
       ->check(CLI::Range(1, 64));
 
   CLI::App* tiers = bench->add_subcommand(
@@ -87,14 +89,17 @@ Action add_bench_command(CLI::App& app) {
       "the time from a worker's SIGKILL to the first 503");
   auto work = std::make_shared<bench::WorkloadBenchOptions>();
   workload->add_flag("--json", work->json, "Print JSON Lines instead of key=value rows");
-  workload->add_option("--users", work->users, "Conversations (default 4)")->check(CLI::Range(1, 64));
+  workload->add_option("--users", work->users, "Conversations (default 4)")
+      ->check(CLI::Range(1, 64));
   workload->add_option("--turns", work->turns, "Turns per conversation (default 4)")
       ->check(CLI::Range(2, 100));
-  workload->add_option("--history-tokens", work->history_tokens,
-                       "Tokens of the document each conversation starts with (default 8192)")
+  workload
+      ->add_option("--history-tokens", work->history_tokens,
+                   "Tokens of the document each conversation starts with (default 8192)")
       ->check(CLI::Range(64, 65536));
-  workload->add_option("--pressure-requests", work->pressure_requests,
-                       "Requests of the memory-pressure case (default 40)")
+  workload
+      ->add_option("--pressure-requests", work->pressure_requests,
+                   "Requests of the memory-pressure case (default 40)")
       ->check(CLI::Range(1, 10000));
   workload->add_option("--world-size", work->world_size, "Workers per engine core (default 1)")
       ->check(CLI::Range(1, 8));
@@ -102,12 +107,18 @@ Action add_bench_command(CLI::App& app) {
       "server", "kvtierd (ZeroMQ + shared memory) vs a local redis-server holding the same chunks");
   auto server_options = std::make_shared<bench::ServerBenchOptions>();
   server->add_flag("--json", server_options->json, "Print JSON Lines instead of a table");
-  server->add_option("--total-mib", [server_options](const CLI::results_t& r) {
-                       server_options->total_bytes = std::stoul(r[0]) << 20;
-                       return true;
-                     }, "MiB moved per measurement (default 64)")
+  server
+      ->add_option(
+          "--total-mib",
+          [server_options](const CLI::results_t& r) {
+            server_options->total_bytes = std::stoul(r[0]) << 20;
+            return true;
+          },
+          "MiB moved per measurement (default 64)")
       ->check(CLI::Range(8, 4096));
-  server->add_option("--repeat", server_options->repeat, "Measurements per side; best kept (default 3)")
+  server
+      ->add_option("--repeat", server_options->repeat,
+                   "Measurements per side; best kept (default 3)")
       ->check(CLI::Range(1, 100));
   server->add_option("--redis-server", server_options->redis_server,
                      "redis-server binary (default: redis-server on PATH)");
@@ -119,7 +130,8 @@ Action add_bench_command(CLI::App& app) {
     if (tiers->parsed()) return bench::run_tier_bench(*tier_options, std::cout);
     if (!transfer->parsed()) return -1;
     options->max_batch_descriptors = config.transfer.max_batch_descriptors;
-    if (options->device == "cuda") return bench::run_cuda_transfer_bench(*options, std::cout, std::cerr);
+    if (options->device == "cuda")
+      return bench::run_cuda_transfer_bench(*options, std::cout, std::cerr);
     return bench::run_transfer_bench(*options, std::cout);
   };
 }

@@ -37,8 +37,8 @@ Action add_config_command(CLI::App& app) {
       return 0;
     }
     for (const ConfigFieldInfo& f : describe()) {
-      std::cout << f.key << " (" << f.env_var << ", default " << f.default_value
-                << "): " << f.doc << "\n";
+      std::cout << f.key << " (" << f.env_var << ", default " << f.default_value << "): " << f.doc
+                << "\n";
     }
     return 0;
   };

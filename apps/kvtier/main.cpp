@@ -1,6 +1,5 @@
 // kvtier: the command-line entry point (serve | server | bench | doctor as they land).
 #include <CLI/CLI.hpp>
-
 #include <exception>
 #include <iostream>
 
@@ -17,12 +16,10 @@ int main(int argc, char** argv) {
                  "Override one field, e.g. --set transfer.max_batch_descriptors=1024 "
                  "(repeatable; wins over the file and KVTIER_* variables)");
   app.fallthrough();  // --config / --set may follow the subcommand too
-  const kvtier::cli::Action actions[] = {kvtier::cli::add_bench_command(app),
-                                         kvtier::cli::add_config_command(app),
-                                         kvtier::cli::add_engine_core_command(app),
-                                         kvtier::cli::add_worker_command(app),
-                                         kvtier::cli::add_server_command(app),
-                                         kvtier::cli::add_serve_command(app)};
+  const kvtier::cli::Action actions[] = {
+      kvtier::cli::add_bench_command(app),       kvtier::cli::add_config_command(app),
+      kvtier::cli::add_engine_core_command(app), kvtier::cli::add_worker_command(app),
+      kvtier::cli::add_server_command(app),      kvtier::cli::add_serve_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

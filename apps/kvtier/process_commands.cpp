@@ -29,7 +29,8 @@ Action add_engine_core_command(CLI::App& app) {
   add_process_options(cmd, *args);
   return [cmd, args, core, &app](const Config& config) -> int {
     if (!cmd->parsed()) return -1;
-    return run_engine_core(config, *core, args->run_dir, app.get_option("--config")->as<std::string>());
+    return run_engine_core(config, *core, args->run_dir,
+                           app.get_option("--config")->as<std::string>());
   };
 }
 

@@ -7,9 +7,9 @@
 #include <iostream>
 
 #include "commands.h"
-#include "kvtier/engine/child_process.h"
-#include "kvtier/engine/frontend_process.h"
+#include "kvtier/core/child_process.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/frontend_process.h"
 
 extern char** environ;
 
@@ -21,7 +21,7 @@ struct ServeFlags {
   std::optional<uint32_t> port;
   std::optional<uint32_t> engine_cores;
   std::optional<uint32_t> world_size;
-  std::optional<std::string> cache_mode;
+  std::optional<CacheMode> cache_mode;
   std::optional<std::string> cache_server;
 };
 
@@ -31,7 +31,8 @@ void drop_kvtier_environment() {
   std::vector<std::string> names;
   for (char** e = environ; *e != nullptr; ++e) {
     const char* eq = std::strchr(*e, '=');
-    if (std::strncmp(*e, "KVTIER_", 7) == 0 && eq != nullptr) names.emplace_back(*e, static_cast<size_t>(eq - *e));
+    if (std::strncmp(*e, "KVTIER_", 7) == 0 && eq != nullptr)
+      names.emplace_back(*e, static_cast<size_t>(eq - *e));
   }
   for (const std::string& name : names) unsetenv(name.c_str());
 }
@@ -54,8 +55,8 @@ int serve(Config config, const ServeFlags& flags) {
     return 2;
   }
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                        "/kvtier-serve-XXXXXX";
+  std::string pattern =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/kvtier-serve-XXXXXX";
   // ipc:// endpoints live in the run dir: a Unix socket path has at most 107 bytes.
   if (pattern.size() + std::strlen("/core-64-collective.ipc") > 107) {
     std::cerr << "kvtier serve: TMPDIR is too long for ipc:// socket paths: " << pattern << "\n";
@@ -79,8 +80,8 @@ int serve(Config config, const ServeFlags& flags) {
   }
   drop_kvtier_environment();
   const std::string exe = self_executable();
-  std::vector<std::string> argv = {exe, "frontend", "--run-dir", run_dir.string(), "--config",
-                                   config_path.string()};
+  std::vector<std::string> argv = {exe,        "frontend",          "--run-dir", run_dir.string(),
+                                   "--config", config_path.string()};
   std::vector<char*> args;
   for (std::string& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
@@ -103,21 +104,30 @@ Action add_serve_command(CLI::App& app) {
       "connector.*, cache.* and faults.* shape the server. The flags above are shortcuts.");
   auto flags = std::make_shared<ServeFlags>();
   serve->add_option("--host", flags->host, "Address the HTTP server listens on (engine.host)");
-  serve->add_option("--port", flags->port,
-                    "HTTP port (engine.port); 0 picks a free port, printed at start")
+  serve
+      ->add_option("--port", flags->port,
+                   "HTTP port (engine.port); 0 picks a free port, printed at start")
       ->check(CLI::Range(0, 65535));
-  serve->add_option("--engine-cores", flags->engine_cores,
-                    "Engine-core processes, each a scheduler with its own workers "
-                    "(engine.engine_cores)")
+  serve
+      ->add_option("--engine-cores", flags->engine_cores,
+                   "Engine-core processes, each a scheduler with its own workers "
+                   "(engine.engine_cores)")
       ->check(CLI::Range(1, 64));
-  serve->add_option("--world-size", flags->world_size,
-                    "Tensor-parallel worker processes per engine core; must divide "
-                    "model.kv_heads and model.mlp_dim (engine.world_size)")
+  serve
+      ->add_option("--world-size", flags->world_size,
+                   "Tensor-parallel worker processes per engine core; must divide "
+                   "model.kv_heads and model.mlp_dim (engine.world_size)")
       ->check(CLI::Range(1, 64));
-  serve->add_option("--cache-mode", flags->cache_mode,
-                    "Where offloaded KV goes: local (an in-process host cache, the default) or "
-                    "server (kvtierd at --cache-server) (cache.mode)")
-      ->check(CLI::IsMember({"local", "server"}));
+  serve
+      ->add_option_function<std::string>(
+          "--cache-mode",
+          [flags](const std::string& name) { flags->cache_mode = parse_cache_mode(name).value(); },
+          "Where offloaded KV goes: local (an in-process host cache, the default) or "
+          "server (kvtierd at --cache-server) (cache.mode)")
+      ->check([](const std::string& name) {
+        const Result<CacheMode> mode = parse_cache_mode(name);
+        return mode ? std::string() : mode.error().message;
+      });
   serve->add_option("--cache-server", flags->cache_server,
                     "kvtierd's ZeroMQ endpoint for --cache-mode server, e.g. tcp://127.0.0.1:5557 "
                     "(server.endpoint)");

@@ -19,10 +19,10 @@ Action add_server_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "server", "Run kvtierd, the cache server (endpoint: server.endpoint; see docs/protocol.md)");
   auto test_hooks = std::make_shared<bool>(false);
-  cmd->add_flag(
-      "--test-hooks", *test_hooks,
-      "Honour the 'hook' field of requests (throw, no_reply, stall, hang_copies, fail_copies, fail_partway); "
-      "for tests only");
+  cmd->add_flag("--test-hooks", *test_hooks,
+                "Honour the 'hook' field of requests (throw, no_reply, stall, hang_copies, "
+                "fail_copies, fail_partway); "
+                "for tests only");
   return [cmd, test_hooks](const Config& config) -> int {
     if (!cmd->parsed()) return -1;
     server::Server server(server::ServerOptions{.config = config, .test_hooks = *test_hooks});

@@ -24,7 +24,8 @@ StepOutcome SchedulerConnector::update_from_worker_output(std::span<const Worker
     for (size_t g = 0; g < o.invalid_blocks.size() && g < store_reading_.size(); ++g) {
       for (uint32_t b : o.invalid_blocks[g]) {
         for (auto& [id, job] : jobs_) {
-          if (job->kind == JobKind::kLoad && std::ranges::find(job->blocks[g], b) != job->blocks[g].end()) {
+          if (job->kind == JobKind::kLoad &&
+              std::ranges::find(job->blocks[g], b) != job->blocks[g].end()) {
             job->invalid[g].push_back(b);
             break;
           }

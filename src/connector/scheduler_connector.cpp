@@ -12,7 +12,6 @@ namespace {
 
 constexpr size_t kMaxLookupCounts = size_t{1} << 20;  // store_threshold memory bound
 
-
 }  // namespace
 
 SchedulerOptions scheduler_options(const Config& config, uint32_t world_size, KvLayout layout,
@@ -35,6 +34,11 @@ SchedulerConnector::SchedulerConnector(SchedulerOptions options, CacheManager& c
       cache_(*local_index_),
       clock_(clock) {
   init();
+  if (cache.slot_bytes() < options_.layout.max_chunk_bytes()) {
+    throw std::invalid_argument(
+        "SchedulerConnector: host slots of " + std::to_string(cache.slot_bytes()) +
+        " bytes cannot hold a chunk of " + std::to_string(options_.layout.max_chunk_bytes()));
+  }
 }
 
 SchedulerConnector::SchedulerConnector(SchedulerOptions options, CacheIndex& index,
@@ -51,11 +55,6 @@ void SchedulerConnector::init() {
   }
   if (options_.job_timeout <= Duration::zero()) {
     throw std::invalid_argument("SchedulerConnector: job_timeout must be > 0");
-  }
-  if (cache_.slot_bytes() < options_.layout.max_chunk_bytes()) {
-    throw std::invalid_argument("SchedulerConnector: host slots of " +
-                                std::to_string(cache_.slot_bytes()) + " bytes cannot hold a chunk of " +
-                                std::to_string(options_.layout.max_chunk_bytes()));
   }
   store_reading_.resize(options_.layout.groups.size());
   align_tokens_ = 1;
@@ -75,11 +74,11 @@ SchedulerConnector::RequestState& SchedulerConnector::state_of(const RequestId& 
     r->id = id;
     const size_t groups = options_.layout.groups.size();
     for (size_t g = 0; g < groups; ++g) {
-      r->roots.push_back(namespace_root(KeyNamespace{.model = options_.model,
-                                                     .layout_fingerprint =
-                                                         options_.layout.fingerprint(),
-                                                     .group = static_cast<uint32_t>(g),
-                                                     .cache_salt = salt}));
+      r->roots.push_back(
+          namespace_root(KeyNamespace{.model = options_.model,
+                                      .layout_fingerprint = options_.layout.fingerprint(),
+                                      .group = static_cast<uint32_t>(g),
+                                      .cache_salt = salt}));
     }
     r->keys.resize(groups);
     r->blocks.resize(groups);
@@ -115,7 +114,8 @@ Match SchedulerConnector::get_num_new_matched_tokens(const ConnectorRequest& req
     if (lookups_seen_.size() > kMaxLookupCounts) lookups_seen_.clear();
     const size_t prompt = std::min(request.num_prompt_tokens, request.tokens.size());
     for (size_t g = 0; g < r.keys.size(); ++g) {
-      const size_t n = std::min(r.keys[g].size(), prompt / options_.layout.groups[g].chunk_tokens());
+      const size_t n =
+          std::min(r.keys[g].size(), prompt / options_.layout.groups[g].chunk_tokens());
       for (size_t c = 0; c < n; ++c) ++lookups_seen_[r.keys[g][c]];
     }
   }
@@ -130,8 +130,7 @@ Match SchedulerConnector::get_num_new_matched_tokens(const ConnectorRequest& req
     const size_t first = num_computed / group.chunk_tokens();
     const size_t last = std::min(r.keys[g].size(), limit / group.chunk_tokens());
     if (first >= last) return Match{};
-    const LookupResult found =
-        cache_.lookup(std::span(r.keys[g]).subspan(first, last - first));
+    const LookupResult found = cache_.lookup(std::span(r.keys[g]).subspan(first, last - first));
     pending = pending || found.pending;
     hit_tokens = std::min(hit_tokens, (first + found.hit_chunks) * group.chunk_tokens());
   }
@@ -187,13 +186,15 @@ void SchedulerConnector::update_state_after_alloc(const RequestId& request,
       throw std::invalid_argument("update_state_after_alloc: request " + request +
                                   " block table shrank");
     }
-    added[g].assign(blocks[g].begin() + static_cast<ptrdiff_t>(r.blocks[g].size()), blocks[g].end());
+    added[g].assign(blocks[g].begin() + static_cast<ptrdiff_t>(r.blocks[g].size()),
+                    blocks[g].end());
   }
   add_blocks(r, added, pending_flush_);
   if (num_external_tokens == 0) return;
   if (num_external_tokens != r.match_to - r.match_from || r.load || r.stores_in_flight > 0) {
     throw std::invalid_argument("update_state_after_alloc: request " + request + " accepts " +
-                                std::to_string(num_external_tokens) + " external tokens, its match was " +
+                                std::to_string(num_external_tokens) +
+                                " external tokens, its match was " +
                                 std::to_string(r.match_to - r.match_from));
   }
 
@@ -227,8 +228,9 @@ void SchedulerConnector::update_state_after_alloc(const RequestId& request,
       const size_t chunk_start = c * group.blocks_per_chunk;
       const size_t from = std::max(chunk_start, first_block);
       chunk.first_block = static_cast<uint32_t>(from - chunk_start);
-      chunk.blocks.assign(r.blocks[g].begin() + static_cast<ptrdiff_t>(from),
-                          r.blocks[g].begin() + static_cast<ptrdiff_t>(chunk_start + group.blocks_per_chunk));
+      chunk.blocks.assign(
+          r.blocks[g].begin() + static_cast<ptrdiff_t>(from),
+          r.blocks[g].begin() + static_cast<ptrdiff_t>(chunk_start + group.blocks_per_chunk));
       job->blocks[g].insert(job->blocks[g].end(), chunk.blocks.begin(), chunk.blocks.end());
       job->keys.push_back(r.keys[g][c]);
       transfer.chunks.push_back(std::move(chunk));
@@ -242,7 +244,6 @@ void SchedulerConnector::update_state_after_alloc(const RequestId& request,
   }
   for (size_t i = 0; i < transfer.chunks.size(); ++i) transfer.chunks[i].slot = (*slots)[i];
   transfer.keys = job->keys;
-  cache_.touch(job->keys);  // used again: the most recently used keep their slots longest
   for (const ChunkKey& k : job->keys) ++being_loaded_[k];
   r.load = job->id;
   ++counters_.jobs_issued;
@@ -258,7 +259,8 @@ StepMetadata SchedulerConnector::build_step_metadata(const StepInput& step) {
   pending_flush_.clear();
   for (const ScheduledRequest& s : step.requests) {
     auto it = requests_.find(s.id);
-    const bool adds_blocks = std::ranges::any_of(s.new_blocks, [](const auto& b) { return !b.empty(); });
+    const bool adds_blocks =
+        std::ranges::any_of(s.new_blocks, [](const auto& b) { return !b.empty(); });
     if (it != requests_.end() && !adds_blocks &&
         s.num_computed_after_step < it->second->next_store_tokens) {
       continue;  // a decode step inside a chunk: nothing to store, no block to fence
@@ -275,8 +277,9 @@ StepMetadata SchedulerConnector::build_step_metadata(const StepInput& step) {
 void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s,
                                       StepMetadata& meta) {
   if (r.load || r.finished || fail_stopped()) return;
-  const size_t limit = options_.store_decode ? s.num_computed_after_step
-                                             : std::min(s.num_computed_after_step, s.num_prompt_tokens);
+  const size_t limit = options_.store_decode
+                           ? s.num_computed_after_step
+                           : std::min(s.num_computed_after_step, s.num_prompt_tokens);
   struct Candidate {
     ChunkKey key;
     uint32_t group;
@@ -335,7 +338,8 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
     const Candidate& c = candidates[next];
     const KvGroup& group = options_.layout.groups[c.group];
     ChunkTransfer chunk{.group = c.group, .slot = plan->slots[i]};
-    const auto first = r.blocks[c.group].begin() + static_cast<ptrdiff_t>(c.chunk * group.blocks_per_chunk);
+    const auto first =
+        r.blocks[c.group].begin() + static_cast<ptrdiff_t>(c.chunk * group.blocks_per_chunk);
     chunk.blocks.assign(first, first + group.blocks_per_chunk);
     std::vector<JobId>& reading = store_reading_[c.group];
     for (uint32_t b : chunk.blocks) {
@@ -372,10 +376,11 @@ void SchedulerConnector::request_preempted(const RequestId& request) {
   r.next_store_tokens = 0;
 }
 
-void SchedulerConnector::reset_cache() {
-  cache_.reset();
+Status SchedulerConnector::reset_cache() {
+  if (Status s = cache_.reset(); !s) return s;
   ++epoch_;
   lookups_seen_.clear();
+  return {};
 }
 
 void SchedulerConnector::fail_stop(std::string reason, StepOutcome& out) {
@@ -395,12 +400,13 @@ Status SchedulerConnector::audit() const {
                       "connector audit: " + std::to_string(jobs_.size()) + " jobs in flight");
   }
   size_t reading = 0;
-  for (const auto& blocks : store_reading_) reading += blocks.size() - std::ranges::count(blocks, 0);
+  for (const auto& blocks : store_reading_)
+    reading += blocks.size() - std::ranges::count(blocks, 0);
   if (!being_loaded_.empty() || reading != 0) {
-    return make_error(ErrorCode::kInternal,
-                      "connector audit: leases outlive their jobs (" +
-                          std::to_string(being_loaded_.size()) + " keys being loaded, " +
-                          std::to_string(reading) + " blocks read by stores)");
+    return make_error(ErrorCode::kInternal, "connector audit: leases outlive their jobs (" +
+                                                std::to_string(being_loaded_.size()) +
+                                                " keys being loaded, " + std::to_string(reading) +
+                                                " blocks read by stores)");
   }
   return cache_.audit();
 }

@@ -9,7 +9,9 @@
 namespace kvtier {
 namespace {
 
-ChunkKey from_xxh(XXH128_hash_t h) { return ChunkKey{h.low64, h.high64}; }
+ChunkKey from_xxh(XXH128_hash_t h) {
+  return ChunkKey{h.low64, h.high64};
+}
 
 // Length-prefixed so that ("ab","c") and ("a","bc") hash differently.
 void update_field(XXH3_state_t* st, const void* data, uint64_t len) {

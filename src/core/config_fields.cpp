@@ -90,7 +90,7 @@ const std::vector<Field>& config_fields() {
         cache.field("shm_name", &CacheConfig::shm_name, text(),
                     "Name of the POSIX shared-memory object that backs the host pool; empty for "
                     "anonymous memory."),
-        cache.field("mode", &CacheConfig::mode, one_of({"local", "server"}),
+        cache.field("mode", &CacheConfig::mode, cache_mode(),
                     "Where the worker keeps offloaded chunks: an in-process host pool (local), or "
                     "a kvtierd cache server at server.endpoint (server)."),
         connector.field("enabled", &ConnectorConfig::enabled, boolean(),
@@ -153,8 +153,10 @@ const std::vector<Field>& config_fields() {
                     "Query heads; a multiple of kv_heads."),
         model.field("kv_heads", &ModelSection::kv_heads, integer_in(1, 64),
                     "KV heads, split over the tensor-parallel ranks (world_size must divide it)."),
-        model.field("head_dim", &ModelSection::head_dim, integer_in(2, 256), "Elements per head; even."),
-        model.field("hidden", &ModelSection::hidden, integer_in(1, 4096), "Width of the residual stream."),
+        model.field("head_dim", &ModelSection::head_dim, integer_in(2, 256),
+                    "Elements per head; even."),
+        model.field("hidden", &ModelSection::hidden, integer_in(1, 4096),
+                    "Width of the residual stream."),
         model.field("mlp_dim", &ModelSection::mlp_dim, integer_in(1, 16384),
                     "Width of the MLP (world_size must divide it)."),
         model.field("max_context", &ModelSection::max_context, integer_in(1, 1 << 20),
@@ -162,7 +164,8 @@ const std::vector<Field>& config_fields() {
         model.field("sliding_window", &ModelSection::sliding_window, integer_in(0, 1 << 20),
                     "0: every layer attends to the whole prefix. W > 0: odd layers attend to the "
                     "last W positions and form a second KV-cache group (a hybrid model)."),
-        model.field("seed", &ModelSection::seed, integer_in(0, kMaxU32), "Seed of the random weights."),
+        model.field("seed", &ModelSection::seed, integer_in(0, kMaxU32),
+                    "Seed of the random weights."),
         engine.field("host", &EngineConfig::host, text(), "Address the HTTP server listens on."),
         engine.field("port", &EngineConfig::port, integer_in(0, 65535),
                      "Port of the HTTP server; 0 picks a free one and prints it."),
@@ -175,7 +178,8 @@ const std::vector<Field>& config_fields() {
         engine.field("device_blocks", &EngineConfig::device_blocks, integer_in(1, 1 << 24),
                      "KV blocks of device memory per rank and KV-cache group (the device prefix "
                      "cache lives in them)."),
-        engine.field("max_batched_tokens", &EngineConfig::max_batched_tokens, integer_in(1, 1 << 20),
+        engine.field("max_batched_tokens", &EngineConfig::max_batched_tokens,
+                     integer_in(1, 1 << 20),
                      "Tokens one engine step computes at most (chunked prefill)."),
         engine.field("max_running_requests", &EngineConfig::max_running_requests,
                      integer_in(1, 1 << 16), "Requests an engine core runs at once."),
@@ -202,7 +206,7 @@ const std::vector<Field>& config_fields() {
         faults.field("record_failure_rate", &FaultsConfig::record_failure_rate, fraction(),
                      "Share of copy batches whose end marker cannot be recorded: Unprovable, the "
                      "engine fail-stops. (F7, H4)"),
-        faults.field("direction", &FaultsConfig::direction, one_of({"both", "load", "store"}),
+        faults.field("direction", &FaultsConfig::direction, fault_direction(),
                      "Which copies draw the faults above: loads (host to device), stores "
                      "(device to host), or both."),
         faults.field("stall_scheduler", &FaultsConfig::stall_scheduler, boolean(),

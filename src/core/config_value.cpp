@@ -1,11 +1,45 @@
 #include "config_value.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <vector>
+
+namespace kvtier {
+namespace {
+
+constexpr std::array kCacheModes{CacheMode::kLocal, CacheMode::kServer};
+constexpr std::array kFaultDirections{FaultDirection::kBoth, FaultDirection::kLoad,
+                                      FaultDirection::kStore};
+
+}  // namespace
+
+std::string_view to_string(CacheMode mode) {
+  switch (mode) {
+    case CacheMode::kLocal:
+      return "local";
+    case CacheMode::kServer:
+      return "server";
+  }
+  return "?";
+}
+
+std::string_view to_string(FaultDirection direction) {
+  switch (direction) {
+    case FaultDirection::kBoth:
+      return "both";
+    case FaultDirection::kLoad:
+      return "load";
+    case FaultDirection::kStore:
+      return "store";
+  }
+  return "?";
+}
+
+}  // namespace kvtier
 
 namespace kvtier::config_internal {
 namespace {
@@ -112,6 +146,33 @@ Status accept_any(const T&) {
   return {};
 }
 
+// "a | b | c": the names of `all`, in order.
+template <class E, size_t N>
+std::string names_of(const std::array<E, N>& all) {
+  std::string names;
+  for (E value : all) names += (names.empty() ? "" : " | ") + std::string(to_string(value));
+  return names;
+}
+
+// The value of `all` named `text` exactly.
+template <class E, size_t N>
+Result<E> parse_name(std::string_view text, const std::array<E, N>& all) {
+  for (E value : all) {
+    if (to_string(value) == text) return value;
+  }
+  return invalid("must be one of " + names_of(all) + ", got " + quoted(text));
+}
+
+template <class E, size_t N>
+ConfigValue<E> enumeration(const std::array<E, N>& all) {
+  return {
+      .values = names_of(all),
+      .parse = [all](std::string_view text) { return parse_name(text, all); },
+      .check = accept_any<E>,
+      .format = [](const E& value) { return std::string(to_string(value)); },
+  };
+}
+
 }  // namespace
 
 ConfigValue<double> positive_seconds() {
@@ -210,7 +271,7 @@ ConfigValue<std::string> one_of(std::initializer_list<std::string_view> names) {
   }
   value.check = [accepted, values = value.values](const std::string& name) -> Status {
     if (std::ranges::find(accepted, name) == accepted.end()) {
-      return invalid("must be one of " + values + ", got " + quoted(name));
+      return invalid("must be one of " + values + ", got " + quoted(std::string_view(name)));
     }
     return {};
   };
@@ -233,4 +294,24 @@ ConfigValue<DeviceLayout> device_layout() {
   };
 }
 
+ConfigValue<CacheMode> cache_mode() {
+  return enumeration(kCacheModes);
+}
+
+ConfigValue<FaultDirection> fault_direction() {
+  return enumeration(kFaultDirections);
+}
+
 }  // namespace kvtier::config_internal
+
+namespace kvtier {
+
+Result<CacheMode> parse_cache_mode(std::string_view name) {
+  return config_internal::parse_name(name, kCacheModes);
+}
+
+Result<FaultDirection> parse_fault_direction(std::string_view name) {
+  return config_internal::parse_name(name, kFaultDirections);
+}
+
+}  // namespace kvtier

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "kvtier/core/config.h"
 #include "kvtier/core/kv_layout.h"
 #include "kvtier/core/status.h"
 
@@ -36,5 +37,7 @@ ConfigValue<uint64_t> byte_size();
 ConfigValue<std::string> text();
 ConfigValue<std::string> one_of(std::initializer_list<std::string_view> names);
 ConfigValue<DeviceLayout> device_layout();
+ConfigValue<CacheMode> cache_mode();
+ConfigValue<FaultDirection> fault_direction();
 
 }  // namespace kvtier::config_internal

@@ -13,9 +13,9 @@ std::string_view to_string(DeviceLayout layout) {
 Result<DeviceLayout> parse_device_layout(std::string_view name) {
   if (name == "per_layer") return DeviceLayout::kPerLayer;
   if (name == "cross_layer") return DeviceLayout::kCrossLayer;
-  return make_error(ErrorCode::kInvalidArgument,
-                    "device layout must be 'per_layer' or 'cross_layer', got '" +
-                        std::string(name) + "'");
+  return make_error(
+      ErrorCode::kInvalidArgument,
+      "device layout must be 'per_layer' or 'cross_layer', got '" + std::string(name) + "'");
 }
 
 Status KvLayout::validate() const {
@@ -28,8 +28,8 @@ Status KvLayout::validate() const {
         {"block_size", k.block_size}, {"blocks_per_chunk", k.blocks_per_chunk}};
     for (const auto& [name, value] : fields) {
       if (value == 0) {
-        return make_error(ErrorCode::kInvalidArgument, "layout.groups[" + std::to_string(g) +
-                                                           "]." + name + " must be > 0");
+        return make_error(ErrorCode::kInvalidArgument,
+                          "layout.groups[" + std::to_string(g) + "]." + name + " must be > 0");
       }
     }
   }

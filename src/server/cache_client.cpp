@@ -306,8 +306,8 @@ std::future<Result<LookupReply>> CacheClient::lookup(std::vector<ChunkKey> keys,
 std::future<TransferResult> CacheClient::store(JobId job, uint32_t group,
                                                std::vector<ChunkKey> keys,
                                                std::vector<std::vector<uint32_t>> blocks,
-                                               std::string hook) {
-  Request r{.op = Op::kStore, .hook = std::move(hook)};
+                                               TestHook hook) {
+  Request r{.op = Op::kStore, .hook = hook};
   r.group = group;
   r.keys = std::move(keys);
   r.blocks = std::move(blocks);
@@ -320,8 +320,8 @@ std::future<TransferResult> CacheClient::store(JobId job, uint32_t group,
 std::future<TransferResult> CacheClient::retrieve(JobId job, uint32_t group,
                                                   std::vector<ChunkKey> keys,
                                                   std::vector<std::vector<uint32_t>> blocks,
-                                                  uint64_t lock, std::string hook) {
-  Request r{.op = Op::kRetrieve, .hook = std::move(hook)};
+                                                  uint64_t lock, TestHook hook) {
+  Request r{.op = Op::kRetrieve, .hook = hook};
   r.group = group;
   r.keys = std::move(keys);
   r.blocks = std::move(blocks);
@@ -354,8 +354,8 @@ std::future<Status> CacheClient::status_call(Request request) {
   return future;
 }
 
-std::future<Status> CacheClient::release(uint64_t lock) {
-  Request r{.op = Op::kRelease};
+std::future<Status> CacheClient::release(uint64_t lock, TestHook hook) {
+  Request r{.op = Op::kRelease, .hook = hook};
   r.lock = lock;
   return status_call(std::move(r));
 }

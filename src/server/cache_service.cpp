@@ -204,7 +204,6 @@ bool CacheService::prefetch_from_tiers(std::span<const ChunkKey> keys, size_t ho
   if (started == 0) return false;
   if (prefetch_tried_.size() + fetch.size() > pool_.num_slots() * 4) prefetch_tried_.clear();
   prefetch_tried_.insert(fetch.begin(), fetch.end());
-  counters_["tier_prefetch_keys"] += started;
   return true;
 }
 
@@ -212,14 +211,7 @@ void CacheService::add_tier_stats(std::map<std::string, uint64_t>& f) const {
   f["tiers"] = 0;
   f["tiers_degraded"] = 0;
   if (!mover_) return;
-  const TierMoverCounters c = mover_->counters();
-  f["tier_writes_enqueued"] = c.writes_enqueued;
-  f["tier_writes_dropped"] = c.writes_dropped;
-  f["tier_chunks_demoted"] = c.chunks_demoted;
-  f["tier_demote_failures"] = c.demote_failures;
-  f["tier_prefetch_rejected"] = c.prefetch_rejected;
-  f["tier_prefetch_succeeded"] = c.prefetch_succeeded;
-  f["tier_prefetch_failed"] = c.prefetch_failed;
+  add_stats(f, "tier_", mover_->counters());
   // Per tier "tier.<name>.<what>"; tier_down_field(name) is 1 while the tier is DOWN (H7), so
   // a client names the degraded tiers from the field names alone (reply fields are integers).
   for (const TierMetrics& m : mover_->tier_metrics()) {
@@ -228,13 +220,7 @@ void CacheService::add_tier_stats(std::map<std::string, uint64_t>& f) const {
     ++f["tiers"];
     f["tiers_degraded"] += down ? 1 : 0;
     f[tier_down_field(m.name)] = down ? 1 : 0;
-    f[prefix + "hits"] = m.counters.hits;
-    f[prefix + "misses"] = m.counters.misses;
-    f[prefix + "corrupt"] = m.counters.corrupt;
-    f[prefix + "errors"] = m.counters.errors;
-    f[prefix + "chunks_written"] = m.counters.chunks_written;
-    f[prefix + "bytes_read"] = m.counters.bytes_read;
-    f[prefix + "bytes_written"] = m.counters.bytes_written;
+    add_stats(f, prefix, m.counters);
   }
 }
 

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -35,6 +36,7 @@
 #include "kvtier/cache/cache_manager.h"
 #include "kvtier/cache/host_pool.h"
 #include "kvtier/cache/tier_mover.h"
+#include "kvtier/core/counter_kind.h"
 #include "kvtier/device/fault_injecting_device.h"
 #include "kvtier/device/host_device.h"
 #include "kvtier/server/protocol.h"
@@ -48,7 +50,7 @@ namespace kvtier::server {
 // Counters the socket loop keeps; STATS reports them.
 struct LoopCounters {
   std::atomic<uint64_t> requests{0};
-  std::atomic<uint64_t> pings{0};  // answered by the loop
+  std::atomic<uint64_t> pings{0};            // answered by the loop
   std::atomic<uint64_t> rejected_frames{0};  // malformed, truncated, oversized, unknown op
   std::atomic<uint64_t> limit_rejections{0};
   std::atomic<uint64_t> clients_reaped{0};
@@ -58,6 +60,16 @@ struct LoopCounters {
 // its call timeout. Errors name the field (tier_factory.h). Every kvtierd shares one key
 // namespace in the tiers: clients root their ChunkKeys in (model, layout, group, salt) already.
 Result<std::vector<MoverTier>> make_server_tiers(const Config& config);
+
+// Adds every field of a counter struct (one with visit_counters, counter_kind.h) to STATS
+// reply fields, each as prefix + its name.
+template <class Counters>
+void add_stats(std::map<std::string, uint64_t>& fields, std::string_view prefix,
+               const Counters& counters) {
+  visit_counters(counters, [&](std::string_view name, uint64_t value, CounterKind) {
+    fields[std::string(prefix) + std::string(name)] = value;
+  });
+}
 
 struct Envelope {
   std::string client;  // ZeroMQ routing id

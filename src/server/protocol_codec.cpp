@@ -2,6 +2,7 @@
 // sizes are checked before allocation (unpack limits, the frame cap), every field's type is
 // checked, and nothing throws out of decode_request / decode_reply.
 #include <cstring>
+#include <limits>
 #include <msgpack.hpp>
 
 #include "kvtier/server/protocol.h"
@@ -11,6 +12,9 @@ namespace {
 
 constexpr std::string_view kOpNames[] = {"REGISTER", "UNREGISTER", "LOOKUP", "STORE",   "RETRIEVE",
                                          "RELEASE",  "PING",       "STATS",  "SHUTDOWN"};
+// Indexed by TestHook.
+constexpr std::string_view kHookNames[] = {
+    "", "throw", "stall", "no_reply", "hang_copies", "fail_copies", "fail_partway"};
 
 // A decode failure: "<code>: <what>".
 std::unexpected<Error> bad(std::string_view code, std::string what) {
@@ -132,6 +136,14 @@ Result<KvGroup> decode_group(const msgpack::object& o) {
   return g;
 }
 
+Result<TestHook> decode_hook(const msgpack::object& o) {
+  auto name = as_str(o, "hook", 64);
+  if (!name) return std::unexpected(name.error());
+  auto hook = parse_test_hook(*name);
+  if (!hook) return bad(codes::kInvalidArgument, "unknown test hook '" + *name + "'");
+  return *hook;
+}
+
 Result<KvLayout> decode_layout(const msgpack::object& o) {
   KvLayout layout;
   Status st =
@@ -224,28 +236,157 @@ Status require(bool present, std::string_view field) {
   return {};
 }
 
-// Which fields each op must carry.
-Status check_required(const Request& r, const std::map<std::string_view, bool>& seen) {
-  const auto has = [&](std::string_view f) { return seen.contains(f); };
+// Reads one field into `out` (type-checked: an error names the field).
+template <class T>
+Status read_value(Result<T> value, T& out) {
+  if (!value) return std::unexpected(value.error());
+  out = std::move(*value);
+  return {};
+}
+
+template <class T>
+Status read_uint(const msgpack::object& o, std::string_view field, T& out) {
+  auto n = as_uint(o, field, std::numeric_limits<T>::max());
+  if (!n) return std::unexpected(n.error());
+  out = static_cast<T>(*n);
+  return {};
+}
+
+// The fields every request carries: v, id, op and hook; the other keys are the operation's.
+// Sets *request_id as soon as "id" is read, so that an error reply can echo it.
+Result<Request> decode_header(const msgpack::object& root, uint64_t* request_id) {
+  Request r;
+  std::optional<uint64_t> version;
+  std::optional<std::string> op_name;
+  bool has_id = false;
+  Status st = for_each_field(root, "request",
+                             [&](std::string_view key, const msgpack::object& v) -> Status {
+                               if (key == "v")
+                                 return read_value(as_uint(v, key), version.emplace());
+                               if (key == "op")
+                                 return read_value(as_str(v, key, 32), op_name.emplace());
+                               if (key == "hook") return read_value(decode_hook(v), r.hook);
+                               if (key != "id") return {};
+                               if (Status s = read_uint(v, key, r.id); !s) return s;
+                               has_id = true;
+                               if (request_id) *request_id = r.id;
+                               return {};
+                             });
+  if (!st) return std::unexpected(st.error());
+  if (!has_id) return bad(codes::kMalformed, "missing field 'id'");
+  if (!version) return bad(codes::kMalformed, "missing field 'v'");
+  if (*version != kProtocolVersion) {
+    return bad(codes::kUnsupportedVersion, "protocol version " + std::to_string(*version) +
+                                               " (this server speaks " +
+                                               std::to_string(kProtocolVersion) + ")");
+  }
+  if (!op_name) return bad(codes::kMalformed, "missing field 'op'");
+  auto op = parse_op(*op_name);
+  if (!op) return bad(codes::kUnknownOp, "unknown op '" + *op_name + "'");
+  r.op = *op;
+  return r;
+}
+
+// One decoder per operation: each reads the fields its operation uses and ignores every other
+// key, like an unknown one.
+
+// REGISTER: rank, layout (required), memory (required).
+Status decode_register(const msgpack::object& root, Request& r) {
+  bool has_layout = false, has_memory = false;
+  Status st = for_each_field(root, "request",
+                             [&](std::string_view key, const msgpack::object& v) -> Status {
+                               if (key == "rank") return read_uint(v, key, r.rank);
+                               if (key == "layout") {
+                                 has_layout = true;
+                                 return read_value(decode_layout(v), r.layout);
+                               }
+                               if (key == "memory") {
+                                 has_memory = true;
+                                 return read_value(decode_memory(v), r.memory);
+                               }
+                               return {};
+                             });
+  if (!st) return st;
+  if (Status s = require(has_layout, "layout"); !s) return s;
+  return require(has_memory, "memory");
+}
+
+// LOOKUP: keys (required), lock_ms.
+Status decode_lookup(const msgpack::object& root, Request& r) {
+  bool has_keys = false;
+  Status st = for_each_field(root, "request",
+                             [&](std::string_view key, const msgpack::object& v) -> Status {
+                               if (key == "keys") {
+                                 has_keys = true;
+                                 return read_value(decode_keys(v), r.keys);
+                               }
+                               if (key == "lock_ms") return read_uint(v, key, r.lock_ms);
+                               return {};
+                             });
+  if (!st) return st;
+  return require(has_keys, "keys");
+}
+
+// STORE and RETRIEVE: keys and blocks (both required, one block list per key), group; RETRIEVE
+// also lock.
+Status decode_transfer(const msgpack::object& root, Request& r) {
+  bool has_keys = false, has_blocks = false;
+  Status st = for_each_field(root, "request",
+                             [&](std::string_view key, const msgpack::object& v) -> Status {
+                               if (key == "keys") {
+                                 has_keys = true;
+                                 return read_value(decode_keys(v), r.keys);
+                               }
+                               if (key == "blocks") {
+                                 has_blocks = true;
+                                 return read_value(decode_blocks(v), r.blocks);
+                               }
+                               if (key == "group") return read_uint(v, key, r.group);
+                               if (key == "lock" && r.op == Op::kRetrieve) {
+                                 return read_uint(v, key, r.lock);
+                               }
+                               return {};
+                             });
+  if (!st) return st;
+  if (Status s = require(has_keys, "keys"); !s) return s;
+  if (Status s = require(has_blocks, "blocks"); !s) return s;
+  if (r.keys.size() != r.blocks.size()) {
+    return bad(codes::kMalformed, "'keys' and 'blocks' differ in length");
+  }
+  return {};
+}
+
+// RELEASE: lock (required).
+Status decode_release(const msgpack::object& root, Request& r) {
+  bool has_lock = false;
+  Status st = for_each_field(root, "request",
+                             [&](std::string_view key, const msgpack::object& v) -> Status {
+                               if (key != "lock") return {};
+                               has_lock = true;
+                               return read_uint(v, key, r.lock);
+                             });
+  if (!st) return st;
+  return require(has_lock, "lock");
+}
+
+Status decode_operation(const msgpack::object& root, Request& r) {
   switch (r.op) {
     case Op::kRegister:
-      if (Status s = require(has("layout"), "layout"); !s) return s;
-      return require(has("memory"), "memory");
+      return decode_register(root, r);
     case Op::kLookup:
-      return require(has("keys"), "keys");
+      return decode_lookup(root, r);
     case Op::kStore:
     case Op::kRetrieve:
-      if (Status s = require(has("keys"), "keys"); !s) return s;
-      if (Status s = require(has("blocks"), "blocks"); !s) return s;
-      if (r.keys.size() != r.blocks.size()) {
-        return bad(codes::kMalformed, "'keys' and 'blocks' differ in length");
-      }
-      return {};
+      return decode_transfer(root, r);
     case Op::kRelease:
-      return require(has("lock"), "lock");
-    default:
-      return {};
+      return decode_release(root, r);
+    case Op::kUnregister:
+    case Op::kPing:
+    case Op::kStats:
+    case Op::kShutdown:
+      return {};  // no fields of their own
   }
+  return {};
 }
 
 }  // namespace
@@ -257,6 +398,17 @@ std::string_view to_string(Op op) {
 std::optional<Op> parse_op(std::string_view name) {
   for (size_t i = 0; i < std::size(kOpNames); ++i) {
     if (kOpNames[i] == name) return static_cast<Op>(i);
+  }
+  return std::nullopt;
+}
+
+std::string_view to_string(TestHook hook) {
+  return kHookNames[static_cast<size_t>(hook)];
+}
+
+std::optional<TestHook> parse_test_hook(std::string_view name) {
+  for (size_t i = 0; i < std::size(kHookNames); ++i) {
+    if (kHookNames[i] == name) return static_cast<TestHook>(i);
   }
   return std::nullopt;
 }
@@ -306,76 +458,12 @@ Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLim
   }
   auto handle = unpack_one(frame);
   if (!handle) return std::unexpected(handle.error());
-  const msgpack::object& root = handle->get();
-  Request r;
-  std::optional<uint64_t> version;
-  std::optional<std::string> op_name;
-  std::map<std::string_view, bool> seen;
-  Status st = for_each_field(root, "request",
-                             [&](std::string_view key, const msgpack::object& v) -> Status {
-                               seen[key] = true;
-                               if (key == "v") {
-                                 auto n = as_uint(v, key);
-                                 if (!n) return std::unexpected(n.error());
-                                 version = *n;
-                               } else if (key == "id") {
-                                 auto n = as_uint(v, key);
-                                 if (!n) return std::unexpected(n.error());
-                                 r.id = *n;
-                                 if (request_id) *request_id = *n;
-                               } else if (key == "op") {
-                                 auto s = as_str(v, key, 32);
-                                 if (!s) return std::unexpected(s.error());
-                                 op_name = std::move(*s);
-                               } else if (key == "hook") {
-                                 auto s = as_str(v, key, 64);
-                                 if (!s) return std::unexpected(s.error());
-                                 r.hook = std::move(*s);
-                               } else if (key == "rank") {
-                                 auto n = as_uint(v, key, UINT32_MAX);
-                                 if (!n) return std::unexpected(n.error());
-                                 r.rank = static_cast<uint32_t>(*n);
-                               } else if (key == "layout") {
-                                 auto layout = decode_layout(v);
-                                 if (!layout) return std::unexpected(layout.error());
-                                 r.layout = std::move(*layout);
-                               } else if (key == "memory") {
-                                 auto mem = decode_memory(v);
-                                 if (!mem) return std::unexpected(mem.error());
-                                 r.memory = std::move(*mem);
-                               } else if (key == "keys") {
-                                 auto keys = decode_keys(v);
-                                 if (!keys) return std::unexpected(keys.error());
-                                 r.keys = std::move(*keys);
-                               } else if (key == "blocks") {
-                                 auto blocks = decode_blocks(v);
-                                 if (!blocks) return std::unexpected(blocks.error());
-                                 r.blocks = std::move(*blocks);
-                               } else if (key == "lock_ms" || key == "lock") {
-                                 auto n = as_uint(v, key);
-                                 if (!n) return std::unexpected(n.error());
-                                 (key == "lock" ? r.lock : r.lock_ms) = *n;
-                               } else if (key == "group") {
-                                 auto n = as_uint(v, key, UINT32_MAX);
-                                 if (!n) return std::unexpected(n.error());
-                                 r.group = static_cast<uint32_t>(*n);
-                               }  // other keys are ignored (forward compatibility)
-                               return {};
-                             });
-  if (!st) return std::unexpected(st.error());
-  if (!seen.contains("id")) return bad(codes::kMalformed, "missing field 'id'");
-  if (!version) return bad(codes::kMalformed, "missing field 'v'");
-  if (*version != kProtocolVersion) {
-    return bad(codes::kUnsupportedVersion, "protocol version " + std::to_string(*version) +
-                                               " (this server speaks " +
-                                               std::to_string(kProtocolVersion) + ")");
+  auto request = decode_header(handle->get(), request_id);
+  if (!request) return std::unexpected(request.error());
+  if (Status st = decode_operation(handle->get(), *request); !st) {
+    return std::unexpected(st.error());
   }
-  if (!op_name) return bad(codes::kMalformed, "missing field 'op'");
-  auto op = parse_op(*op_name);
-  if (!op) return bad(codes::kUnknownOp, "unknown op '" + *op_name + "'");
-  r.op = *op;
-  if (Status s = check_required(r, seen); !s) return std::unexpected(s.error());
-  return r;
+  return request;
 }
 
 Result<Reply> decode_reply(std::span<const std::byte> frame) {

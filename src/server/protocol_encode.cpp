@@ -11,7 +11,8 @@ std::string encode_request(const Request& r) {
   msgpack::packer<msgpack::sbuffer> pk(buf);
   const bool keyed = r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve;
   const bool moves = r.op == Op::kStore || r.op == Op::kRetrieve;
-  uint32_t n = 3 + (r.hook.empty() ? 0 : 1);
+  const bool hooked = r.hook != TestHook::kNone;
+  uint32_t n = 3 + (hooked ? 1 : 0);
   if (r.op == Op::kRegister) n += 3;
   if (keyed) n += 1;
   if (r.op == Op::kLookup) n += 1;
@@ -21,7 +22,7 @@ std::string encode_request(const Request& r) {
   pk.pack("v"), pk.pack(kProtocolVersion);
   pk.pack("id"), pk.pack(r.id);
   pk.pack("op"), pk.pack(std::string(to_string(r.op)));
-  if (!r.hook.empty()) pk.pack("hook"), pk.pack(r.hook);
+  if (hooked) pk.pack("hook"), pk.pack(std::string(to_string(r.hook)));
   if (r.op == Op::kRegister) {
     pk.pack("rank"), pk.pack(r.rank);
     pk.pack("layout");

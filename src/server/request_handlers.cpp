@@ -27,11 +27,11 @@ std::string_view code_for(ErrorCode code) {
 
 void CacheService::dispatch(const std::string& client, const Request& r) {
   ++counters_[std::string("op_") + std::string(to_string(r.op))];
-  if (r.hook == "throw") throw std::runtime_error("test hook 'throw'");
-  if (r.hook == "stall") {  // a slow handler: the socket loop must keep serving meanwhile
+  if (r.hook == TestHook::kThrow) throw std::runtime_error("test hook 'throw'");
+  if (r.hook == TestHook::kStall) {  // a slow handler: the socket loop must keep serving meanwhile
     std::this_thread::sleep_for(std::chrono::seconds(2));
   }
-  if (r.hook == "no_reply") {  // deliberately breaks F11, to test client deadlines
+  if (r.hook == TestHook::kNoReply) {  // deliberately breaks F11, to test client deadlines
     ++counters_["swallowed"];
     return;
   }
@@ -242,18 +242,18 @@ void CacheService::submit(const std::string& client, Session& s, const Request& 
                           Direction direction, std::vector<ChunkTransfer> chunks,
                           PendingTransfer pending) {
   const JobId job = next_job_++;
-  if (r.hook == "hang_copies" && fault_) {
+  if (r.hook == TestHook::kHangCopies && fault_) {
     // The copies of this transfer hang on the client's memory until the process ends: a
     // transfer held in flight deterministically (tests kill the server meanwhile).
     fault_->set_plan(
         FaultPlan::rules({FaultRule{.call = fault_->counts().copy_calls, .hang = true}}));
-  } else if (r.hook == "fail_partway" && fault_) {
+  } else if (r.hook == TestHook::kFailPartway && fault_) {
     // A device fault after the first descriptor was enqueued, and that copy hangs: the engine
     // cannot show the copies stopped, so the reply must wait for its decision (Unprovable at
     // the transfer deadline), never come at once as a plain failure (F11, F5).
     fault_->set_plan(FaultPlan::rules(
         {FaultRule{.call = fault_->counts().copy_calls, .fail_at = 1, .hang = true}}));
-  } else if (r.hook == "fail_copies" && fault_) {  // a device fault before any copy: Failed
+  } else if (r.hook == TestHook::kFailCopies && fault_) {  // a device fault before any copy: Failed
     fault_->set_plan(
         FaultPlan::rules({FaultRule{.call = fault_->counts().copy_calls, .fail_at = 0}}));
   }
@@ -278,18 +278,12 @@ void CacheService::handle_release(const std::string& client, const Request& r) {
 }
 
 void CacheService::handle_stats(const std::string& client, const Request& r) {
-  const CacheCounters c = cache_.counters();
   std::map<std::string, uint64_t> f = counters_;
   f["boot_id"] = boot_id_;
   f["clients"] = sessions_.size();
   f["locks"] = locks_.size();
   f["transfers_in_flight"] = transfers_in_flight();
-  f["slots_free"] = c.slots_free;
-  f["slots_pending"] = c.slots_pending;
-  f["slots_ready"] = c.slots_ready;
-  f["slots_pinned"] = c.slots_pinned;
-  f["slots_quarantined"] = c.slots_quarantined;
-  f["quarantined_bytes"] = c.quarantined_bytes;
+  add_stats(f, "", cache_.counters());
   f["requests"] = loop_.requests.load();
   f["pings"] = loop_.pings.load();
   f["rejected_frames"] = loop_.rejected_frames.load();
@@ -297,6 +291,10 @@ void CacheService::handle_stats(const std::string& client, const Request& r) {
   f["clients_reaped"] = loop_.clients_reaped.load();
   f["injected_hangs"] = fault_ ? fault_->counts().hangs : 0;
   f["cache_audit_ok"] = cache_.audit().has_value() ? 1 : 0;
+  // The asking client's own share, for a client that audits its bookkeeping against kvtierd's.
+  f["client_locked_keys"] = locks_.keys_held(client);
+  const auto session = sessions_.find(client);
+  f["client_transfers_in_flight"] = session == sessions_.end() ? 0 : session->second.pending.size();
   add_tier_stats(f);
   ok(client, r.id, std::move(f));
 }

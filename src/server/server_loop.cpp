@@ -41,18 +41,87 @@ void send_to(zmq::socket_t& router, const std::string& client, const std::string
   }
 }
 
-}  // namespace
+// One run of kvtierd's socket loop: setup() acquires everything it serves with; then, each
+// turn, wait() for traffic, pump() it (admit() each request, forward each reply) and reap()
+// the clients that went silent; farewell() once the cache service drained.
+class SocketLoop {
+ public:
+  // The host pool (with the fault injector under test hooks), the lower tiers, the ROUTER
+  // socket bound to server.endpoint, the reply channel from the service thread, and the cache
+  // service, started. An error when the configuration is invalid, the pool holds no chunk or
+  // cannot be created, a tier cannot be opened, or the endpoint cannot be bound.
+  static Result<std::unique_ptr<SocketLoop>> setup(const ServerOptions& options, uint64_t boot_id);
 
-Server::Server(ServerOptions options) : options_(std::move(options)), boot_id_(random_boot_id()) {}
-Server::~Server() = default;
+  SocketLoop(const SocketLoop&) = delete;
+  SocketLoop& operator=(const SocketLoop&) = delete;
+  // The service (and its thread) goes first: it uses the pool, the device and push_.
+  ~SocketLoop() { service_.reset(); }
 
-Status Server::run() {
-  const Config& config = options_.config;
-  if (Status st = config.validate(); !st) return st;
-  HostDevice host;
-  std::unique_ptr<FaultInjectingDevice> fault;
-  if (options_.test_hooks) fault = std::make_unique<FaultInjectingDevice>(host, FaultPlan{});
-  Device& device = fault ? static_cast<Device&>(*fault) : host;
+  // Until a request or a reply arrives, at most kPollInterval.
+  void wait();
+  // Graceful shutdown: the service refuses new work, decides what is in flight, then drains.
+  void begin_shutdown() { service_->begin_shutdown(); }
+  // Up to kMaxMessagesPerWakeup requests, each through admit(), then as many replies from the
+  // service, each forwarded to its client.
+  void pump();
+  // Liveness: a live client PINGs every heartbeat interval, so only a silent one is reaped.
+  void reap(TimePoint now);
+  // True once the service drained after begin_shutdown().
+  bool drained() const { return drained_; }
+  // After the drain: the "shutdown" event to every known client.
+  void farewell();
+
+ private:
+  SocketLoop(const ServerOptions& options, uint64_t boot_id);
+
+  // One request: answers bad frames, disabled hooks, PING and requests over the client's
+  // in-flight limit itself; posts the rest to the service.
+  void admit(const std::string& client, std::vector<zmq::message_t>& parts);
+  // One reply from the service: the empty routing id marks the drain.
+  void forward(std::vector<zmq::message_t>& parts);
+  void answer(const std::string& client, const Reply& reply) {
+    send_to(router_, client, encode_reply(reply));
+  }
+  // The service thread's end of the reply channel, created on that thread.
+  zmq::socket_t& push_socket();
+
+  static constexpr const char* kReplyEndpoint = "inproc://kvtierd-replies";
+
+  const ServerOptions& options_;
+  const uint64_t boot_id_;
+  const DecodeLimits limits_;
+  const Duration client_timeout_;
+  const uint32_t max_in_flight_;
+  HostDevice host_;
+  std::unique_ptr<FaultInjectingDevice> fault_;  // under test hooks
+  std::unique_ptr<HostPool> pool_;
+  zmq::context_t context_;
+  zmq::socket_t router_;
+  zmq::socket_t replies_;
+  LoopCounters counters_;
+  std::unique_ptr<zmq::socket_t> push_;  // used on the service thread only
+  std::unique_ptr<CacheService> service_;
+  std::map<std::string, Peer> peers_;
+  bool drained_ = false;
+};
+
+SocketLoop::SocketLoop(const ServerOptions& options, uint64_t boot_id)
+    : options_(options),
+      boot_id_(boot_id),
+      limits_{.max_frame_bytes = options.config.server.max_frame_bytes},
+      client_timeout_(seconds_to_duration(options.config.server.client_timeout_s)),
+      max_in_flight_(options.config.server.max_requests_in_flight),
+      router_(context_, zmq::socket_type::router),
+      replies_(context_, zmq::socket_type::pull) {
+  if (options.test_hooks) fault_ = std::make_unique<FaultInjectingDevice>(host_, FaultPlan{});
+}
+
+Result<std::unique_ptr<SocketLoop>> SocketLoop::setup(const ServerOptions& options,
+                                                      uint64_t boot_id) {
+  const Config& config = options.config;
+  if (Status st = config.validate(); !st) return std::unexpected(st.error());
+  std::unique_ptr<SocketLoop> loop(new SocketLoop(options, boot_id));
+  Device& device = loop->fault_ ? static_cast<Device&>(*loop->fault_) : loop->host_;
 
   const size_t slot_bytes = config.kv_layout().max_chunk_bytes();
   const size_t num_slots = config.cache.host_bytes / slot_bytes;
@@ -63,12 +132,14 @@ Status Server::run() {
   }
   auto pool = HostPool::create(device, slot_bytes, num_slots, config.cache.shm_name);
   if (!pool) return std::unexpected(pool.error());
+  loop->pool_ = std::move(*pool);
   auto tiers = make_server_tiers(config);  // a bad disk_path / redis_url ends startup here
   if (!tiers) return std::unexpected(tiers.error());
 
-  zmq::context_t context;
-  zmq::socket_t router(context, zmq::socket_type::router);
-  router.set(zmq::sockopt::linger, 200);
+  zmq::socket_t& router = loop->router_;
+  // The farewell `shutdown` events must leave before the socket closes, on a loaded machine too
+  // (200 ms lost them under ASan in CI); only a peer that stopped reading costs this at exit.
+  router.set(zmq::sockopt::linger, 2000);
   // Frames past 16x max_frame_bytes are dropped by the transport with the connection (the
   // memory bound); frames past max_frame_bytes get a too_large error reply.
   router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(std::min<uint64_t>(
@@ -79,133 +150,150 @@ Status Server::run() {
     return make_error(ErrorCode::kUnavailable,
                       "cannot bind " + config.server.endpoint + ": " + e.what());
   }
-  const std::string reply_endpoint = "inproc://kvtierd-replies";
-  zmq::socket_t replies(context, zmq::socket_type::pull);
-  replies.bind(reply_endpoint);
+  loop->replies_.bind(kReplyEndpoint);
 
-  LoopCounters counters;
-  std::unique_ptr<zmq::socket_t> push;  // used on the service thread only
-  const auto push_socket = [&]() -> zmq::socket_t& {
-    if (!push) {
-      push = std::make_unique<zmq::socket_t>(context, zmq::socket_type::push);
-      push->set(zmq::sockopt::linger, 0);
-      push->connect(reply_endpoint);
-    }
-    return *push;
-  };
-  auto service = std::make_unique<CacheService>(
-      options_, host, device, fault.get(), **pool, boot_id_, counters,
-      [&](const std::string& client, const Reply& reply) {
-        zmq::socket_t& s = push_socket();
+  SocketLoop* l = loop.get();
+  loop->service_ = std::make_unique<CacheService>(
+      options, loop->host_, device, loop->fault_.get(), *loop->pool_, boot_id, loop->counters_,
+      [l](const std::string& client, const Reply& reply) {
+        zmq::socket_t& s = l->push_socket();
         s.send(zmq::buffer(client), zmq::send_flags::sndmore);
         s.send(zmq::buffer(encode_reply(reply)), zmq::send_flags::none);
       },
-      [&] {
-        zmq::socket_t& s = push_socket();
+      [l] {
+        zmq::socket_t& s = l->push_socket();
         s.send(zmq::str_buffer(""), zmq::send_flags::sndmore);  // empty routing id: drained
         s.send(zmq::str_buffer(""), zmq::send_flags::none);
       },
       std::move(*tiers));
-  service->start();
+  loop->service_->start();
+  return loop;
+}
 
-  const DecodeLimits limits{.max_frame_bytes = config.server.max_frame_bytes};
-  const Duration client_timeout = seconds_to_duration(config.server.client_timeout_s);
-  const uint32_t max_in_flight = config.server.max_requests_in_flight;
-  std::map<std::string, Peer> peers;
-  bool shutdown_begun = false;
-  bool drained = false;
+zmq::socket_t& SocketLoop::push_socket() {
+  if (!push_) {
+    push_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::push);
+    push_->set(zmq::sockopt::linger, 0);
+    push_->connect(kReplyEndpoint);
+  }
+  return *push_;
+}
 
-  const auto answer = [&](const std::string& client, const Reply& reply) {
-    send_to(router, client, encode_reply(reply));
-  };
-  const auto on_request = [&](const std::string& client, std::vector<zmq::message_t>& parts) {
-    Peer& peer = peers[client];
-    peer.last_seen = SteadyClock::instance().now();
-    ++counters.requests;
-    if (parts.size() != 2) {
-      ++counters.rejected_frames;
-      answer(client, Reply::error(0, codes::kMalformed,
-                                  "expected exactly one frame after the routing id, got " +
-                                      std::to_string(parts.size() - 1)));
-      return;
-    }
-    uint64_t id = 0;
-    auto request = decode_request(as_bytes(parts[1].to_string_view()), limits, &id);
-    if (!request) {
-      ++counters.rejected_frames;
-      auto [code, message] = split_decode_error(request.error());
-      answer(client, Reply::error(id, code, message));
-      return;
-    }
-    if (!request->hook.empty() && !options_.test_hooks) {
-      answer(client, Reply::error(id, codes::kInvalidArgument,
-                                  "test hooks are disabled (start kvtierd with --test-hooks)"));
-      return;
-    }
-    if (request->op == Op::kPing && request->hook.empty()) {
-      ++counters.pings;
-      Reply pong;
-      pong.id = id;
-      pong.fields = {{"boot_id", boot_id_}};
-      for (const std::string& tier : service->degraded_tiers())
-        pong.fields[tier_down_field(tier)] = 1;
-      answer(client, pong);
-      return;
-    }
-    if (peer.in_flight >= max_in_flight) {
-      ++counters.limit_rejections;
-      answer(client, Reply::error(id, codes::kLimitExceeded,
-                                  "more than server.max_requests_in_flight (" +
-                                      std::to_string(max_in_flight) + ") requests in flight"));
-      return;
-    }
-    ++peer.in_flight;
-    service->post(Envelope{client, std::move(*request)});
-  };
+void SocketLoop::wait() {
+  zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                             {replies_.handle(), 0, ZMQ_POLLIN, 0}};
+  zmq::poll(items, 2, kPollInterval);
+}
 
-  while (!drained) {
-    zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
-                               {replies.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, kPollInterval);
-    if (stop_requested_.load() && !shutdown_begun) {
-      shutdown_begun = true;
-      service->begin_shutdown();
+void SocketLoop::pump() {
+  for (size_t n = 0; n < kMaxMessagesPerWakeup; ++n) {
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(router_, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
+    admit(parts[0].to_string(), parts);
+  }
+  for (size_t n = 0; n < kMaxMessagesPerWakeup; ++n) {
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(replies_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
+      break;
     }
-    for (size_t n = 0; n < kMaxMessagesPerWakeup; ++n) {
-      std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(router, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
-      on_request(parts[0].to_string(), parts);
-    }
-    for (size_t n = 0; n < kMaxMessagesPerWakeup; ++n) {
-      std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(replies, std::back_inserter(parts), zmq::recv_flags::dontwait))
-        break;
-      const std::string client = parts.at(0).to_string();
-      if (client.empty()) {
-        drained = true;
-        continue;
-      }
-      if (auto it = peers.find(client); it != peers.end() && it->second.in_flight > 0) {
-        --it->second.in_flight;
-      }
-      send_to(router, client, parts.at(1).to_string());
-    }
-    // Liveness: a live client PINGs every heartbeat interval, so only a silent one is reaped.
-    const TimePoint now = SteadyClock::instance().now();
-    for (auto it = peers.begin(); it != peers.end();) {
-      if (now - it->second.last_seen > client_timeout) {
-        ++counters.clients_reaped;
-        service->client_gone(it->first);
-        it = peers.erase(it);
-      } else {
-        ++it;
-      }
+    forward(parts);
+  }
+}
+
+void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& parts) {
+  Peer& peer = peers_[client];
+  peer.last_seen = SteadyClock::instance().now();
+  ++counters_.requests;
+  if (parts.size() != 2) {
+    ++counters_.rejected_frames;
+    answer(client, Reply::error(0, codes::kMalformed,
+                                "expected exactly one frame after the routing id, got " +
+                                    std::to_string(parts.size() - 1)));
+    return;
+  }
+  uint64_t id = 0;
+  auto request = decode_request(as_bytes(parts[1].to_string_view()), limits_, &id);
+  if (!request) {
+    ++counters_.rejected_frames;
+    auto [code, message] = split_decode_error(request.error());
+    answer(client, Reply::error(id, code, message));
+    return;
+  }
+  if (request->hook != TestHook::kNone && !options_.test_hooks) {
+    answer(client, Reply::error(id, codes::kInvalidArgument,
+                                "test hooks are disabled (start kvtierd with --test-hooks)"));
+    return;
+  }
+  if (request->op == Op::kPing && request->hook == TestHook::kNone) {
+    ++counters_.pings;
+    Reply pong;
+    pong.id = id;
+    pong.fields = {{"boot_id", boot_id_}};
+    for (const std::string& tier : service_->degraded_tiers())
+      pong.fields[tier_down_field(tier)] = 1;
+    answer(client, pong);
+    return;
+  }
+  if (peer.in_flight >= max_in_flight_) {
+    ++counters_.limit_rejections;
+    answer(client, Reply::error(id, codes::kLimitExceeded,
+                                "more than server.max_requests_in_flight (" +
+                                    std::to_string(max_in_flight_) + ") requests in flight"));
+    return;
+  }
+  ++peer.in_flight;
+  service_->post(Envelope{client, std::move(*request)});
+}
+
+void SocketLoop::forward(std::vector<zmq::message_t>& parts) {
+  const std::string client = parts.at(0).to_string();
+  if (client.empty()) {
+    drained_ = true;
+    return;
+  }
+  if (auto it = peers_.find(client); it != peers_.end() && it->second.in_flight > 0) {
+    --it->second.in_flight;
+  }
+  send_to(router_, client, parts.at(1).to_string());
+}
+
+void SocketLoop::reap(TimePoint now) {
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    if (now - it->second.last_seen > client_timeout_) {
+      ++counters_.clients_reaped;
+      service_->client_gone(it->first);
+      it = peers_.erase(it);
+    } else {
+      ++it;
     }
   }
+}
+
+void SocketLoop::farewell() {
   Reply event;
   event.event = "shutdown";
-  for (const auto& [client, peer] : peers) answer(client, event);
-  service.reset();
+  for (const auto& [client, peer] : peers_) answer(client, event);
+}
+
+}  // namespace
+
+Server::Server(ServerOptions options) : options_(std::move(options)), boot_id_(random_boot_id()) {}
+Server::~Server() = default;
+
+Status Server::run() {
+  auto loop = SocketLoop::setup(options_, boot_id_);
+  if (!loop) return std::unexpected(loop.error());
+  bool shutdown_begun = false;
+  while (!(*loop)->drained()) {
+    (*loop)->wait();
+    if (stop_requested_.load() && !shutdown_begun) {
+      shutdown_begun = true;
+      (*loop)->begin_shutdown();
+    }
+    (*loop)->pump();
+    (*loop)->reap(SteadyClock::instance().now());
+  }
+  (*loop)->farewell();
   return {};
 }
 

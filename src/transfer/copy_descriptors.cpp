@@ -5,7 +5,9 @@
 
 namespace kvtier {
 
-std::string_view to_string(Direction d) { return d == Direction::kStore ? "store" : "load"; }
+std::string_view to_string(Direction d) {
+  return d == Direction::kStore ? "store" : "load";
+}
 
 void validate_addresses(const KvLayout& layout, const KvCacheAddresses& caches,
                         const HostSlots& slots) {
@@ -90,8 +92,8 @@ std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
     } else {
       const uint64_t piece = g.block_bytes();
       for (uint32_t j = chunk.first_block; j < g.blocks_per_chunk; ++j) {
-        append(out, cache.bases[0] + chunk.blocks[j - chunk.first_block] * piece,
-               slot + j * piece, piece, direction, coalesce);
+        append(out, cache.bases[0] + chunk.blocks[j - chunk.first_block] * piece, slot + j * piece,
+               piece, direction, coalesce);
       }
     }
   }

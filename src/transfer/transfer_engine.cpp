@@ -10,9 +10,12 @@ namespace kvtier {
 
 std::string_view to_string(Outcome o) {
   switch (o) {
-    case Outcome::kCompleted: return "completed";
-    case Outcome::kFailed: return "failed";
-    case Outcome::kUnprovable: return "unprovable";
+    case Outcome::kCompleted:
+      return "completed";
+    case Outcome::kFailed:
+      return "failed";
+    case Outcome::kUnprovable:
+      return "unprovable";
   }
   return "unknown";
 }
@@ -94,8 +97,7 @@ TransferEngine::Transfer* TransferEngine::find(JobId job) {
   return nullptr;
 }
 
-void TransferEngine::submit(JobId job, Direction direction,
-                            std::span<const ChunkTransfer> chunks) {
+void TransferEngine::submit(JobId job, Direction direction, std::span<const ChunkTransfer> chunks) {
   if (find(job)) {
     throw std::invalid_argument("TransferEngine::submit: job " + std::to_string(job) +
                                 " is already in flight");
@@ -108,8 +110,8 @@ void TransferEngine::submit(JobId job, Direction direction,
   t.buffer = buffers_.acquire();
   // Bad arguments propagate (F2); nothing is enqueued yet.
   try {
-    *t.buffer = build_copy_descriptors(layout_, caches_, slots_, direction, chunks,
-                                       options_.coalesce);
+    *t.buffer =
+        build_copy_descriptors(layout_, caches_, slots_, direction, chunks, options_.coalesce);
   } catch (...) {
     buffers_.release(std::move(t.buffer));
     throw;
@@ -314,8 +316,8 @@ std::vector<TransferResult> TransferEngine::poll() {
       decide(t, poisoned_[d]);
       if (!t.outcome) break;
       finish(t);
-      results.push_back(TransferResult{t.job, t.direction, *t.outcome, t.bytes,
-                                       t.descriptors, std::move(t.error)});
+      results.push_back(TransferResult{t.job, t.direction, *t.outcome, t.bytes, t.descriptors,
+                                       std::move(t.error)});
       fifo.pop_front();
     }
   }
@@ -363,7 +365,9 @@ bool TransferEngine::fence_compute(std::span<const JobId> jobs) {
   return fenced;
 }
 
-size_t TransferEngine::in_flight() const { return fifo_[0].size() + fifo_[1].size(); }
+size_t TransferEngine::in_flight() const {
+  return fifo_[0].size() + fifo_[1].size();
+}
 
 TransferStats TransferEngine::stats() const {
   TransferStats s = stats_;
@@ -383,12 +387,12 @@ Status TransferEngine::audit() const {
                                                       {"descriptor buffers", buffers_.counts()}};
   for (const auto& [name, c] : pools) {
     if (!c.conserved() || c.in_use != 0) {
-      return make_error(ErrorCode::kInternal,
-                        std::string("audit: ") + name + " leaked: created " +
-                            std::to_string(c.created) + ", in use " + std::to_string(c.in_use) +
-                            ", pooled " + std::to_string(c.pooled) + ", discarded " +
-                            std::to_string(c.discarded) + ", quarantined " +
-                            std::to_string(c.quarantined));
+      return make_error(ErrorCode::kInternal, std::string("audit: ") + name + " leaked: created " +
+                                                  std::to_string(c.created) + ", in use " +
+                                                  std::to_string(c.in_use) + ", pooled " +
+                                                  std::to_string(c.pooled) + ", discarded " +
+                                                  std::to_string(c.discarded) + ", quarantined " +
+                                                  std::to_string(c.quarantined));
     }
   }
   if (stats_.submitted != stats_.completed + stats_.failed + stats_.unprovable) {

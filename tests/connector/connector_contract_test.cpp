@@ -26,9 +26,8 @@ void store_prefix(ConnectorHarness& h, const std::vector<TokenId>& doc) {
 
 TEST(ConnectorContract, F3_StoreFailedOnOneRankIsNeverPublished) {
   for (uint32_t world : {2u, 4u}) {
-    ConnectorHarness h({.world_size = world,
-                        .prefill_chunk = 64,
-                        .plans = std::vector<FaultPlan>(world)});
+    ConnectorHarness h(
+        {.world_size = world, .prefill_chunk = 64, .plans = std::vector<FaultPlan>(world)});
     h.ranks[world - 1]->fault.set_plan(FaultPlan::rules({FaultRule{.call = 0, .fail_at = 1}}));
     const auto doc = make_tokens(32, 1);
     store_prefix(h, doc);
@@ -83,24 +82,31 @@ TEST(ConnectorContract, F4_TruncatesToTheFirstInvalidBoundaryCommonToAllGroups) 
     for (uint32_t b = 0; b < 10; ++b) table[0].push_back(100 + b);
     for (uint32_t b = 0; b < 5; ++b) table[1].push_back(200 + b);
     // Publish the prompt's first 32 tokens as request "a".
-    ASSERT_EQ(s.get_num_new_matched_tokens({.id = "a", .tokens = prompt, .num_prompt_tokens = 40}, 0).tokens, 0u);
+    ASSERT_EQ(
+        s.get_num_new_matched_tokens({.id = "a", .tokens = prompt, .num_prompt_tokens = 40}, 0)
+            .tokens,
+        0u);
     s.update_state_after_alloc("a", table, 0);
-    StepMetadata m = s.build_step_metadata(
-        {.requests = {{.id = "a", .tokens = prompt, .num_prompt_tokens = 40, .num_computed_after_step = 40}}});
+    StepMetadata m = s.build_step_metadata({.requests = {{.id = "a",
+                                                          .tokens = prompt,
+                                                          .num_prompt_tokens = 40,
+                                                          .num_computed_after_step = 40}}});
     ASSERT_EQ(m.stores.size(), 1u);
     std::vector<WorkerOutput> acks{{.rank = 0, .finished = {{m.stores[0].job}}},
                                    {.rank = 1, .finished = {{m.stores[0].job}}}};
     s.update_from_worker_output(acks);
     s.request_finished("a");
     // "b" loads 32 tokens: group 0 blocks [0, 8), group 1 blocks [0, 4).
-    const Match match = s.get_num_new_matched_tokens({.id = "b", .tokens = prompt, .num_prompt_tokens = 40}, 0);
+    const Match match =
+        s.get_num_new_matched_tokens({.id = "b", .tokens = prompt, .num_prompt_tokens = 40}, 0);
     ASSERT_EQ(match.tokens, 32u);
     s.update_state_after_alloc("b", table, 32);
     m = s.build_step_metadata({});
     ASSERT_EQ(m.loads.size(), 1u);
     const JobId load = m.loads[0].job;
     std::vector<WorkerOutput> reports{
-        {.rank = 1, .finished = {{load, Outcome::kFailed}},
+        {.rank = 1,
+         .finished = {{load, Outcome::kFailed}},
          .invalid_blocks = {{table[0][c.group0_index]}, {table[1][c.group1_index]}}},
         {.rank = 0, .finished = {{load}}}};
     const StepOutcome out = s.update_from_worker_output(reports);
@@ -119,21 +125,28 @@ TEST(ConnectorContract, F4_TruncatesToTheFirstInvalidBoundaryCommonToAllGroups) 
 struct OneStoreJob {
   OneStoreJob() {
     const auto prompt = make_tokens(40, 21);
-    EXPECT_EQ(s.get_num_new_matched_tokens({.id = "a", .tokens = prompt, .num_prompt_tokens = 40}, 0).tokens, 0u);
+    EXPECT_EQ(
+        s.get_num_new_matched_tokens({.id = "a", .tokens = prompt, .num_prompt_tokens = 40}, 0)
+            .tokens,
+        0u);
     s.update_state_after_alloc("a", GroupBlocks{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}}, 0);
-    const StepMetadata m = s.build_step_metadata(
-        {.requests = {{.id = "a", .tokens = prompt, .num_prompt_tokens = 40, .num_computed_after_step = 40}}});
+    const StepMetadata m = s.build_step_metadata({.requests = {{.id = "a",
+                                                                .tokens = prompt,
+                                                                .num_prompt_tokens = 40,
+                                                                .num_computed_after_step = 40}}});
     EXPECT_EQ(m.stores.size(), 1u);
     job = m.stores.at(0).job;
-    keys = chunk_keys({.model = "harness", .layout_fingerprint = single_group_layout().fingerprint()},
-                      prompt, single_group_layout().groups[0].chunk_tokens());
+    keys =
+        chunk_keys({.model = "harness", .layout_fingerprint = single_group_layout().fingerprint()},
+                   prompt, single_group_layout().groups[0].chunk_tokens());
   }
   StepOutcome report(uint32_t rank, Outcome outcome, bool fail_stop = false) {
     WorkerOutput out{.rank = rank, .finished = {{job, outcome}}, .fail_stop = fail_stop};
     return s.update_from_worker_output(std::span(&out, 1));
   }
   CacheManager cache{16, single_group_layout().max_chunk_bytes(), *make_eviction_policy("lru", 16)};
-  SchedulerConnector s{{.world_size = 2, .layout = single_group_layout(), .model = "harness"}, cache};
+  SchedulerConnector s{{.world_size = 2, .layout = single_group_layout(), .model = "harness"},
+                       cache};
   JobId job = 0;
   std::vector<ChunkKey> keys;
 };
@@ -210,7 +223,8 @@ TEST(ConnectorContract, F8_JobNotCompleteAfterTheMarginIsUnprovable) {
   h.silent_ranks = {1};  // rank 1's reports stop arriving: a stuck worker
   for (int i = 1; i < 20; ++i) {
     h.step();  // up to t = 1.9 s
-    ASSERT_FALSE(h.scheduler->fail_stopped()) << "declared unprovable before the margin, step " << i;
+    ASSERT_FALSE(h.scheduler->fail_stopped())
+        << "declared unprovable before the margin, step " << i;
   }
   h.step();  // t = 2 s: transfer_deadline_s + completion_margin_s passed
   EXPECT_TRUE(h.scheduler->fail_stopped());
@@ -254,7 +268,7 @@ TEST(ConnectorContract, F9_AcksAfterAResetAreIgnored) {
   h.step();
   const JobId before_reset = h.last_metadata.stores.at(0).job;
   h.step();  // the store is in flight (hung on rank 0)
-  h.scheduler->reset_cache();
+  ASSERT_TRUE(h.scheduler->reset_cache());
   h.ranks[0]->fault.release_hangs();
   h.step();  // both ranks have now completed the pre-reset store
   EXPECT_EQ(h.check_readable_chunks(doc), 0u) << "a store from before the reset is not published";

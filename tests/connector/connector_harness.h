@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "kvtier/cache/cache_manager.h"
+#include "kvtier/connector/local_worker_connector.h"
 #include "kvtier/connector/scheduler_connector.h"
-#include "kvtier/connector/worker_connector.h"
 #include "kvtier/device/fault_injecting_device.h"
 #include "kvtier/device/host_device.h"
 #include "support/byte_pattern.h"
@@ -56,17 +56,29 @@ inline std::vector<TokenId> with_suffix(std::vector<TokenId> prefix, size_t n, u
 // blocks of 8 tokens with fewer layers.
 inline KvLayout hybrid_layout(DeviceLayout device_layout = DeviceLayout::kPerLayer) {
   KvLayout layout{.device_layout = device_layout};
-  layout.groups.push_back(KvGroup{.layers = 2, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 2,
-                                  .block_size = 4, .blocks_per_chunk = 2});
-  layout.groups.push_back(KvGroup{.layers = 1, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 2,
-                                  .block_size = 8, .blocks_per_chunk = 2});
+  layout.groups.push_back(KvGroup{.layers = 2,
+                                  .kv_heads = 1,
+                                  .head_dim = 4,
+                                  .dtype_bytes = 2,
+                                  .block_size = 4,
+                                  .blocks_per_chunk = 2});
+  layout.groups.push_back(KvGroup{.layers = 1,
+                                  .kv_heads = 1,
+                                  .head_dim = 4,
+                                  .dtype_bytes = 2,
+                                  .block_size = 8,
+                                  .blocks_per_chunk = 2});
   return layout;
 }
 
 inline KvLayout single_group_layout(DeviceLayout device_layout = DeviceLayout::kPerLayer) {
   KvLayout layout{.device_layout = device_layout};
-  layout.groups.push_back(KvGroup{.layers = 2, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 2,
-                                  .block_size = 4, .blocks_per_chunk = 2});
+  layout.groups.push_back(KvGroup{.layers = 2,
+                                  .kv_heads = 1,
+                                  .head_dim = 4,
+                                  .dtype_bytes = 2,
+                                  .block_size = 4,
+                                  .blocks_per_chunk = 2});
   return layout;
 }
 
@@ -96,7 +108,8 @@ class Rank {
       GroupCacheAddresses cache{.num_blocks = o.num_blocks};
       const bool per_layer = layout.device_layout == DeviceLayout::kPerLayer;
       const size_t tensors = per_layer ? g.layers : 1;
-      const size_t bytes = size_t{o.num_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
+      const size_t bytes =
+          size_t{o.num_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
       for (size_t i = 0; i < tensors; ++i) {
         DeviceAddress a = fault.allocate(bytes);
         std::memset(reinterpret_cast<void*>(a), 0, bytes);
@@ -111,7 +124,7 @@ class Rank {
     slots = HostSlots{fault.register_host(host_memory, slot_bytes * o.num_slots), slot_bytes,
                       o.num_slots};
     compute = fault.create_stream();
-    worker = std::make_unique<WorkerConnector>(rank);
+    worker = std::make_unique<LocalWorkerConnector>(rank);
     worker->register_kv_caches(fault, layout, caches, slots, compute, o.transfer, clock);
   }
 
@@ -127,18 +140,21 @@ class Rank {
     return size_t{k.kv_heads} * k.head_dim * k.dtype_bytes;
   }
   // The KV row of one position: K (kv = 0) or V (kv = 1) of `layer`, offset `off` in `block`.
-  std::byte* device_row(uint32_t g, uint32_t block, uint32_t layer, uint32_t kv, uint32_t off) const {
+  std::byte* device_row(uint32_t g, uint32_t block, uint32_t layer, uint32_t kv,
+                        uint32_t off) const {
     const KvGroup& k = layout_.groups[g];
     const size_t in_layer = (size_t{kv} * k.block_size + off) * row_bytes(g);
     if (layout_.device_layout == DeviceLayout::kPerLayer) {
       return reinterpret_cast<std::byte*>(caches.groups[g].bases[layer] +
                                           size_t{block} * k.layer_block_bytes() + in_layer);
     }
-    return reinterpret_cast<std::byte*>(caches.groups[g].bases[0] + size_t{block} * k.block_bytes() +
+    return reinterpret_cast<std::byte*>(caches.groups[g].bases[0] +
+                                        size_t{block} * k.block_bytes() +
                                         size_t{layer} * k.layer_block_bytes() + in_layer);
   }
   // The same row inside a host slot holding chunk-relative block `j` of group g.
-  std::byte* slot_row(SlotId slot, uint32_t g, uint32_t j, uint32_t layer, uint32_t kv, uint32_t off) const {
+  std::byte* slot_row(SlotId slot, uint32_t g, uint32_t j, uint32_t layer, uint32_t kv,
+                      uint32_t off) const {
     const KvGroup& k = layout_.groups[g];
     std::byte* base = host_memory + size_t{slot} * slot_bytes;
     const size_t in_layer = (size_t{kv} * k.block_size + off) * row_bytes(g);
@@ -157,7 +173,7 @@ class Rank {
   std::byte* host_memory = nullptr;
   HostSlots slots;
   StreamHandle compute;
-  std::unique_ptr<WorkerConnector> worker;
+  std::unique_ptr<LocalWorkerConnector> worker;
 };
 
 enum class SimState { kWaiting, kLoading, kRunning, kFinishing, kAborted };
@@ -222,13 +238,16 @@ class ConnectorHarness {
   static void extend_hashes(SimRequest& r) {
     while (r.prefix_hash.size() < r.tokens.size()) {
       const uint64_t prev = r.prefix_hash.empty() ? 0x1234 : r.prefix_hash.back();
-      r.prefix_hash.push_back(mix64(prev ^ (uint64_t{r.tokens[r.prefix_hash.size()]} + 1) * 0x9e3779b97f4a7c15ULL));
+      r.prefix_hash.push_back(
+          mix64(prev ^ (uint64_t{r.tokens[r.prefix_hash.size()]} + 1) * 0x9e3779b97f4a7c15ULL));
     }
   }
 
   // The seed of one KV row: a pure function of the prefix up to position p, and where it lives.
-  static uint64_t row_seed(uint64_t prefix_hash, uint32_t g, uint32_t layer, uint32_t kv, uint32_t rank) {
-    return mix64(prefix_hash ^ mix64((uint64_t{g} << 48) | (uint64_t{layer} << 32) | (uint64_t{kv} << 31) | rank));
+  static uint64_t row_seed(uint64_t prefix_hash, uint32_t g, uint32_t layer, uint32_t kv,
+                           uint32_t rank) {
+    return mix64(prefix_hash ^ mix64((uint64_t{g} << 48) | (uint64_t{layer} << 32) |
+                                     (uint64_t{kv} << 31) | rank));
   }
 
   bool allocate(SimRequest& r, size_t tokens) {
@@ -264,7 +283,8 @@ class ConnectorHarness {
   GroupBlocks take_new_blocks(SimRequest& r) {
     GroupBlocks added(groups());
     for (size_t g = 0; g < groups(); ++g) {
-      added[g].assign(r.blocks[g].begin() + static_cast<ptrdiff_t>(r.blocks_given[g]), r.blocks[g].end());
+      added[g].assign(r.blocks[g].begin() + static_cast<ptrdiff_t>(r.blocks_given[g]),
+                      r.blocks[g].end());
       r.blocks_given[g] = r.blocks[g].size();
     }
     return added;
@@ -282,7 +302,8 @@ class ConnectorHarness {
 
   size_t running() const {
     size_t n = 0;
-    for (const auto& [id, r] : requests) n += r.state == SimState::kRunning || r.state == SimState::kLoading;
+    for (const auto& [id, r] : requests)
+      n += r.state == SimState::kRunning || r.state == SimState::kLoading;
     return n;
   }
 
@@ -460,7 +481,8 @@ class ConnectorHarness {
           const uint32_t block = r.blocks[g][p / k.block_size];
           for (uint32_t l = 0; l < k.layers; ++l) {
             for (uint32_t kv = 0; kv < 2; ++kv) {
-              if (!has_pattern(rank->device_row(g, block, l, kv, p % k.block_size), rank->row_bytes(g),
+              if (!has_pattern(rank->device_row(g, block, l, kv, p % k.block_size),
+                               rank->row_bytes(g),
                                row_seed(r.prefix_hash[p], g, l, kv, rank->index))) {
                 ADD_FAILURE() << "request " << r.id << " rank " << rank->index << " group " << g
                               << " position " << p << " layer " << l << " holds wrong KV";
@@ -475,10 +497,10 @@ class ConnectorHarness {
 
   // Keys of every full chunk of `tokens` in group g, as the scheduler side names them.
   std::vector<ChunkKey> keys_of(const std::vector<TokenId>& tokens, uint32_t g) const {
-    return chunk_keys(KeyNamespace{.model = "harness",
-                                   .layout_fingerprint = options.layout.fingerprint(),
-                                   .group = g},
-                      tokens, group(g).chunk_tokens());
+    return chunk_keys(
+        KeyNamespace{
+            .model = "harness", .layout_fingerprint = options.layout.fingerprint(), .group = g},
+        tokens, group(g).chunk_tokens());
   }
 
   // F3: every readable chunk of `tokens` holds, on every rank, the bytes a fault-free run
@@ -503,8 +525,8 @@ class ConnectorHarness {
                 for (uint32_t kv = 0; kv < 2; ++kv) {
                   if (!has_pattern(rank->slot_row(slot, g, j, l, kv, off), rank->row_bytes(g),
                                    row_seed(shape.prefix_hash[p], g, l, kv, rank->index))) {
-                    ADD_FAILURE() << "readable chunk " << c << " of group " << g << " (slot " << slot
-                                  << ") holds wrong bytes on rank " << rank->index;
+                    ADD_FAILURE() << "readable chunk " << c << " of group " << g << " (slot "
+                                  << slot << ") holds wrong bytes on rank " << rank->index;
                     return checked;
                   }
                 }

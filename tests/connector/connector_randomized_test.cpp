@@ -69,7 +69,8 @@ TEST(ConnectorContract, Randomized_RequestsAndFaultsAcrossRanksKeepEveryInvarian
     for (int i = 0; i < kStepsPerEpoch && after_fail_stop < 5; ++i) {
       if (h.requests.size() < 10 && e.rng() % 2 == 0) {
         const auto& doc = e.documents[e.rng() % e.documents.size()];
-        std::vector<TokenId> prompt(doc.begin(), doc.begin() + static_cast<ptrdiff_t>(16 + e.rng() % (doc.size() - 15)));
+        std::vector<TokenId> prompt(
+            doc.begin(), doc.begin() + static_cast<ptrdiff_t>(16 + e.rng() % (doc.size() - 15)));
         const auto suffix = random_tokens(e.rng, e.rng() % 12);
         prompt.insert(prompt.end(), suffix.begin(), suffix.end());
         h.add_request(std::move(prompt), 1 + e.rng() % 10);
@@ -82,7 +83,9 @@ TEST(ConnectorContract, Randomized_RequestsAndFaultsAcrossRanksKeepEveryInvarian
           }
         }
       }
-      if (e.rng() % 200 == 0) h.scheduler->reset_cache();
+      if (e.rng() % 200 == 0) {
+        ASSERT_TRUE(h.scheduler->reset_cache());
+      }
       h.step();
       ++steps;
       check_step_invariants(h, e);
@@ -93,7 +96,8 @@ TEST(ConnectorContract, Randomized_RequestsAndFaultsAcrossRanksKeepEveryInvarian
     for (auto& rank : h.ranks) rank->fault.release_hangs();
     h.drain();
     for (const auto& [id, r] : h.requests) {
-      if (r.state == SimState::kRunning || r.state == SimState::kFinishing) h.check_request_bytes(r);
+      if (r.state == SimState::kRunning || r.state == SimState::kFinishing)
+        h.check_request_bytes(r);
     }
     for (const auto& doc : e.documents) h.check_readable_chunks(doc);
     h.expect_leases_conserved();
@@ -111,9 +115,12 @@ TEST(ConnectorContract, Randomized_RequestsAndFaultsAcrossRanksKeepEveryInvarian
   EXPECT_GT(failed_stores, 3u);
   EXPECT_GT(fail_stops, 0u);
   RecordProperty("steps", std::to_string(steps));
-  std::printf("randomized: %llu steps, %llu loads (%llu failed), %llu stores (%llu failed), %llu fail-stops\n",
-              (unsigned long long)steps, (unsigned long long)loads, (unsigned long long)failed_loads,
-              (unsigned long long)stores, (unsigned long long)failed_stores, (unsigned long long)fail_stops);
+  std::printf(
+      "randomized: %llu steps, %llu loads (%llu failed), %llu stores (%llu failed), %llu "
+      "fail-stops\n",
+      (unsigned long long)steps, (unsigned long long)loads, (unsigned long long)failed_loads,
+      (unsigned long long)stores, (unsigned long long)failed_stores,
+      (unsigned long long)fail_stops);
 }
 
 }  // namespace

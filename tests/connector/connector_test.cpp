@@ -89,7 +89,8 @@ TEST(Connector, LoadStartingInsideAChunkCopiesOnlyTheMissingBlocks) {
   run_until_done(h);
   SchedulerConnector& s = *h.scheduler;
   const auto prompt = with_suffix(doc, 5, 14);
-  const Match m = s.get_num_new_matched_tokens({.id = "b", .tokens = prompt, .num_prompt_tokens = prompt.size()}, 4);
+  const Match m = s.get_num_new_matched_tokens(
+      {.id = "b", .tokens = prompt, .num_prompt_tokens = prompt.size()}, 4);
   ASSERT_EQ(m.tokens, 28u);
   s.update_state_after_alloc("b", GroupBlocks{{50, 51, 52, 53, 54, 55, 56, 57, 58}}, 28);
   const StepMetadata meta = s.build_step_metadata({});
@@ -101,7 +102,10 @@ TEST(Connector, LoadStartingInsideAChunkCopiesOnlyTheMissingBlocks) {
   EXPECT_EQ(chunks[1].first_block, 0u);
   EXPECT_EQ(chunks[1].blocks, (std::vector<uint32_t>{52, 53}));
   // Not a block boundary of the device cache: no match.
-  EXPECT_EQ(s.get_num_new_matched_tokens({.id = "c", .tokens = prompt, .num_prompt_tokens = prompt.size()}, 3).tokens, 0u);
+  EXPECT_EQ(s.get_num_new_matched_tokens(
+                 {.id = "c", .tokens = prompt, .num_prompt_tokens = prompt.size()}, 3)
+                .tokens,
+            0u);
   WorkerOutput ack{.rank = 0, .finished = {{meta.loads[0].job}}};
   const StepOutcome out = s.update_from_worker_output(std::span(&ack, 1));
   ASSERT_EQ(out.loads.size(), 1u);
@@ -121,7 +125,7 @@ TEST(Connector, BadCallsAreErrors) {
   EXPECT_THROW(s.update_state_after_alloc("nobody", {}, 4), std::invalid_argument);
   WorkerOutput from_rank_3{.rank = 3};
   EXPECT_THROW(s.update_from_worker_output(std::span(&from_rank_3, 1)), std::invalid_argument);
-  WorkerConnector w(0);
+  LocalWorkerConnector w(0);
   EXPECT_THROW(w.start_load({}), std::logic_error);
 }
 

@@ -25,8 +25,12 @@ constexpr uint32_t kSlots = 8;
 struct Harness {
   explicit Harness(FaultPlan plan) : fault(host, std::move(plan)) {
     layout.device_layout = DeviceLayout::kCrossLayer;
-    layout.groups.push_back(KvGroup{.layers = 2, .kv_heads = 1, .head_dim = 8, .dtype_bytes = 2,
-                                    .block_size = 4, .blocks_per_chunk = 2});
+    layout.groups.push_back(KvGroup{.layers = 2,
+                                    .kv_heads = 1,
+                                    .head_dim = 8,
+                                    .dtype_bytes = 2,
+                                    .block_size = 4,
+                                    .blocks_per_chunk = 2});
     kv = fault.allocate(kBlocks * block_bytes());
     pool = HostPool::create(fault, layout.max_chunk_bytes(), kSlots).value();
     cache = std::make_unique<CacheManager>(kSlots, pool->slot_bytes(),
@@ -44,7 +48,9 @@ struct Harness {
   }
 
   size_t block_bytes() const { return layout.groups[0].block_bytes(); }
-  std::byte* block(uint32_t b) const { return reinterpret_cast<std::byte*>(kv + b * block_bytes()); }
+  std::byte* block(uint32_t b) const {
+    return reinterpret_cast<std::byte*>(kv + b * block_bytes());
+  }
   static ChunkKey key(uint64_t i) { return ChunkKey{i, 0xabc}; }
 
   // Chunk i is blocks (2i, 2i+1), holding pattern seeds (1000i, 1000i+1).
@@ -100,8 +106,9 @@ TEST(StoreLoadContract, F3_StoreThatFailedMidBatchIsNeverPublished) {
   h.compute_chunk(0);
   const ChunkKey keys[] = {Harness::key(0)};
   auto plan = h.cache->prepare_store(keys).value();
-  h.engine->submit(1, Direction::kStore,
-                   std::vector<ChunkTransfer>{{.group = 0, .blocks = {0, 1}, .slot = plan.slots[0]}});
+  h.engine->submit(
+      1, Direction::kStore,
+      std::vector<ChunkTransfer>{{.group = 0, .blocks = {0, 1}, .slot = plan.slots[0]}});
   auto results = h.drain();
   ASSERT_EQ(results.size(), 1u);
   ASSERT_EQ(results[0].outcome, Outcome::kFailed);
@@ -140,10 +147,10 @@ TEST(StoreLoadContract, F7_UnprovableStoreKeepsItsSlotForeverAndFailStops) {
   h.expect_audits();
 }
 
-TEST(StoreLoadContract, F12_RandomizedStoresAndLoadsUnderFaultsConserveLeasesAndPublishOnlyGoodBytes) {
-  Harness h(FaultPlan::random(2024, RandomFaultRates{.submit_failure = 0.15,
-                                                     .latched_error = 0.1,
-                                                     .delay = 0.05}));
+TEST(StoreLoadContract,
+     F12_RandomizedStoresAndLoadsUnderFaultsConserveLeasesAndPublishOnlyGoodBytes) {
+  Harness h(FaultPlan::random(
+      2024, RandomFaultRates{.submit_failure = 0.15, .latched_error = 0.1, .delay = 0.05}));
   std::mt19937_64 rng(99);
   std::map<JobId, std::pair<Direction, std::vector<uint64_t>>> jobs;
   JobId next = 1;
@@ -168,15 +175,16 @@ TEST(StoreLoadContract, F12_RandomizedStoresAndLoadsUnderFaultsConserveLeasesAnd
       auto slots = h.cache->prepare_load(k);
       ASSERT_TRUE(slots.has_value());
       // Into scratch blocks: round-trip bytes are checked by the transfer tests.
-      h.engine->submit(next, Direction::kLoad,
-                       std::vector<ChunkTransfer>{{.group = 0, .blocks = {60, 61}, .slot = (*slots)[0]}});
+      h.engine->submit(
+          next, Direction::kLoad,
+          std::vector<ChunkTransfer>{{.group = 0, .blocks = {60, 61}, .slot = (*slots)[0]}});
       jobs[next++] = {Direction::kLoad, {i}};
     } else if (auto plan = h.cache->prepare_store(k); plan && !plan->keys.empty()) {
       h.compute_chunk(i);
       const auto b = static_cast<uint32_t>(2 * i);
-      h.engine->submit(next, Direction::kStore,
-                       std::vector<ChunkTransfer>{{.group = 0, .blocks = {b, b + 1},
-                                                   .slot = plan->slots[0]}});
+      h.engine->submit(
+          next, Direction::kStore,
+          std::vector<ChunkTransfer>{{.group = 0, .blocks = {b, b + 1}, .slot = plan->slots[0]}});
       jobs[next++] = {Direction::kStore, {i}};
     }
     if (step % 3 == 0) {

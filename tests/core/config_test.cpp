@@ -268,11 +268,13 @@ TEST(Config, UnknownFieldOrSectionIsAnError) {
   ExpectMentions(ErrorOf(parse_config_yaml("cache:\n  host_byte: 4GiB\n")),
                  {"unknown field 'cache.host_byte'", "<yaml>:2", "host_bytes, eviction, shm_name"});
   ExpectMentions(ErrorOf(parse_config_yaml("cach:\n  host_bytes: 4GiB\n")),
-                 {"unknown section 'cach'", "<yaml>:1", "transfer, cache, connector, tiers, layout, model, engine, faults"});
+                 {"unknown section 'cach'", "<yaml>:1",
+                  "transfer, cache, connector, tiers, layout, model, engine, faults"});
   ExpectMentions(ErrorOf(FromOverride("cache.host_byte=4GiB")),
                  {"unknown field 'cache.host_byte'", "--set", "host_bytes"});
   ExpectMentions(ErrorOf(FromOverride("cach.host_bytes=4GiB")),
-                 {"unknown field 'cach.host_bytes'", "transfer, cache, connector, tiers, layout, model, engine, faults"});
+                 {"unknown field 'cach.host_bytes'",
+                  "transfer, cache, connector, tiers, layout, model, engine, faults"});
   ExpectMentions(ErrorOf(FromOverride("host_bytes=4GiB")), {"unknown section 'host_bytes'"});
   ExpectMentions(ErrorOf(FromEnv("KVTIER_CACHE_HOST_BYTE", "4GiB")),
                  {"unknown environment variable KVTIER_CACHE_HOST_BYTE"});
@@ -566,13 +568,13 @@ namespace kvtier {
 namespace {
 
 TEST(Config, ServerClientTimeoutBelowThreeHeartbeatsIsAnError) {
-  Result<Config> c = load_config({.overrides = {"server.heartbeat_interval_s=1",
-                                                "server.client_timeout_s=2"}});
+  Result<Config> c =
+      load_config({.overrides = {"server.heartbeat_interval_s=1", "server.client_timeout_s=2"}});
   ASSERT_FALSE(c);
   EXPECT_NE(c.error().message.find("server.client_timeout_s"), std::string::npos)
       << c.error().message;
-  EXPECT_TRUE(load_config({.overrides = {"server.heartbeat_interval_s=1",
-                                         "server.client_timeout_s=3"}}));
+  EXPECT_TRUE(
+      load_config({.overrides = {"server.heartbeat_interval_s=1", "server.client_timeout_s=3"}}));
 }
 
 }  // namespace

@@ -55,10 +55,10 @@ TEST(FaultInjectingDevice, RecordFailureAndNonDeviceError) {
 
 TEST(FaultInjectingDevice, RandomPlansAreDeterministicPerSeed) {
   auto draws = [](uint64_t seed) {
-    FaultPlan plan = FaultPlan::random(seed, RandomFaultRates{.submit_failure = 0.3,
-                                                              .latched_error = 0.3,
-                                                              .record_failure = 0.2,
-                                                              .delay = 0.2});
+    FaultPlan plan = FaultPlan::random(
+        seed,
+        RandomFaultRates{
+            .submit_failure = 0.3, .latched_error = 0.3, .record_failure = 0.2, .delay = 0.2});
     std::vector<std::tuple<bool, size_t, uint32_t, bool>> out;
     for (uint64_t c = 0; c < 200; ++c) {
       FaultRule r = plan.draw(c, 16);

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/core/child_process.h"
 #include "kvtier/core/chunk_key.h"
-#include "kvtier/engine/child_process.h"
 #include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/wire.h"
 
@@ -30,15 +30,16 @@ struct Completion {
 
 class CoreProcessHarness {
  public:
-  explicit CoreProcessHarness(Config config) : config_(std::move(config)), socket_(context_, zmq::socket_type::router) {
+  explicit CoreProcessHarness(Config config)
+      : config_(std::move(config)), socket_(context_, zmq::socket_type::router) {
     char tmpl[] = "/tmp/kvtier-core-test-XXXXXX";
     run_dir_ = mkdtemp(tmpl);
     config_path_ = run_dir_ + "/config.yaml";
     std::ofstream(config_path_) << to_yaml(config_);
     socket_.set(zmq::sockopt::linger, 0);
     socket_.bind(frontend_endpoint(run_dir_));
-    core_ = ChildProcess::spawn({KVTIER_CLI_PATH, "engine-core", "0", "--run-dir", run_dir_,
-                                 "--config", config_path_});
+    core_ = ChildProcess::spawn(
+        {KVTIER_CLI_PATH, "engine-core", "0", "--run-dir", run_dir_, "--config", config_path_});
   }
 
   ~CoreProcessHarness() {
@@ -66,7 +67,8 @@ class CoreProcessHarness {
   }
 
   bool wait_ready() {
-    return wait_until([&] { return hello_ || core_.poll_exit(); }, std::chrono::seconds(60)) && hello_;
+    return wait_until([&] { return hello_ || core_.poll_exit(); }, std::chrono::seconds(60)) &&
+           hello_;
   }
 
   Completion complete(const std::vector<TokenId>& prompt, size_t max_tokens,

@@ -1,10 +1,10 @@
 // The engine core and its workers as real processes, with the test as the frontend.
 #include <gtest/gtest.h>
 
-#include "engine/core_process_harness.h"
-#include "engine/engine_runs.h"
 #include <csignal>
 
+#include "engine/core_process_harness.h"
+#include "engine/engine_runs.h"
 #include "kvtier/engine/byte_vocab.h"
 
 namespace kvtier::testing {
@@ -48,8 +48,7 @@ TEST(EngineCore, InjectedLoadAndStoreFaultsLeaveOutputsIdentical) {
   faulty.faults.delay_rate = 0.2;
   const RunResult run = shared_prefix_run(faulty);
   EXPECT_EQ(run.outputs, clean.outputs);
-  EXPECT_GT(run.counters.value("kvtier_stores_failed_total", 0), 0)
-      << run.counters.dump();
+  EXPECT_GT(run.counters.value("kvtier_stores_failed_total", 0), 0) << run.counters.dump();
 }
 
 }  // namespace
@@ -75,7 +74,7 @@ TEST(EngineCoreHealth, H2_WorkerDeathIsReportedNamingTheWorkerAndRequestsEnd) {
   const std::string id = start_long_request(h);
   ASSERT_EQ(h.worker_pids().size(), 2u);
   const auto killed = std::chrono::steady_clock::now();
-  ::kill(h.worker_pids()[1], SIGKILL);
+  send_signal(h.worker_pids()[1], SIGKILL);
   ASSERT_TRUE(h.wait_until([&] { return h.failed().has_value(); }, milliseconds(1000)));
   const auto reported = std::chrono::steady_clock::now() - killed;
   EXPECT_NE(h.failed()->find("worker 0/1"), std::string::npos) << *h.failed();
@@ -93,13 +92,14 @@ TEST(EngineCoreHealth, H6_StoppedWorkerIsReportedStalled) {
   CoreProcessHarness h(config);
   ASSERT_TRUE(h.wait_ready());
   start_long_request(h);
-  ::kill(h.worker_pids()[0], SIGSTOP);
+  send_signal(h.worker_pids()[0], SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
   ASSERT_TRUE(h.wait_until([&] { return h.failed().has_value(); }, milliseconds(1500)));
-  EXPECT_GE(std::chrono::steady_clock::now() - stopped, milliseconds(400)) << "not before the timeout";
+  EXPECT_GE(std::chrono::steady_clock::now() - stopped, milliseconds(400))
+      << "not before the timeout";
   EXPECT_NE(h.failed()->find("worker 0/0"), std::string::npos) << *h.failed();
   EXPECT_NE(h.failed()->find("stalled"), std::string::npos) << *h.failed();
-  ::kill(h.worker_pids()[0], SIGCONT);
+  send_signal(h.worker_pids()[0], SIGCONT);
 }
 
 TEST(EngineCoreHealth, H4_UnprovableTransferFailStopsTheEngine) {

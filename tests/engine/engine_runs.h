@@ -42,7 +42,8 @@ struct RunResult {
 };
 
 // Runs `prompts` one after another (8 tokens each) on a fresh engine core.
-inline RunResult run_prompts(const Config& config, const std::vector<std::vector<TokenId>>& prompts) {
+inline RunResult run_prompts(const Config& config,
+                             const std::vector<std::vector<TokenId>>& prompts) {
   CoreProcessHarness h(config);
   RunResult run;
   if (!h.wait_ready()) {

@@ -32,7 +32,9 @@
 
 namespace {
 
-bool has(const std::string& text, const char* marker) { return text.find(marker) != std::string::npos; }
+bool has(const std::string& text, const char* marker) {
+  return text.find(marker) != std::string::npos;
+}
 
 }  // namespace
 
@@ -48,9 +50,12 @@ int main(int argc, char** argv) {
   std::set<std::string> degraded;
   for (int i = 7; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--hb-ms" && i + 1 < argc) hb_ms = std::stoi(argv[++i]);
-    else if (flag == "--no-hello") hello = false;
-    else if (flag == "--degraded" && i + 1 < argc) degraded.insert(argv[++i]);
+    if (flag == "--hb-ms" && i + 1 < argc)
+      hb_ms = std::stoi(argv[++i]);
+    else if (flag == "--no-hello")
+      hello = false;
+    else if (flag == "--degraded" && i + 1 < argc)
+      degraded.insert(argv[++i]);
   }
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
@@ -58,19 +63,20 @@ int main(int argc, char** argv) {
   socket.set(zmq::sockopt::linger, 0);
   socket.connect("ipc://" + run_dir + "/frontend.ipc");
   const int core_number = std::stoi(core);
-  if (hello) kvtier::send_message(socket, {{"t", "hello"}, {"core", core_number}, {"pid", getpid()}});
+  if (hello)
+    kvtier::send_message(socket, {{"t", "hello"}, {"core", core_number}, {"pid", getpid()}});
   double heartbeats = 0, requests = 0, aborts = 0;
   auto next_hb = std::chrono::steady_clock::now();
   for (;;) {
     if (std::chrono::steady_clock::now() >= next_hb) {
       ++heartbeats;
-      kvtier::send_message(socket, {{"t", "hb"},
-                                    {"core", core_number},
-                                    {"degraded", degraded},
-                                    {"counters",
-                                     {{"heartbeats", heartbeats},
-                                      {"requests", requests},
-                                      {"aborts", aborts}}}});
+      kvtier::send_message(
+          socket,
+          {{"t", "hb"},
+           {"core", core_number},
+           {"degraded", degraded},
+           {"counters", {{"heartbeats", heartbeats}, {"requests", requests}, {"aborts", aborts}}},
+           {"kinds", {{"heartbeats", "counter"}, {"requests", "counter"}, {"aborts", "counter"}}}});
       next_hb += std::chrono::milliseconds(hb_ms);
     }
     zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
@@ -92,7 +98,8 @@ int main(int argc, char** argv) {
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // a blocked loop
       }
       if (has(text, "#fail")) {
-        kvtier::send_message(socket, {{"t", "failed"}, {"core", core_number}, {"reason", "scripted failure"}});
+        kvtier::send_message(
+            socket, {{"t", "failed"}, {"core", core_number}, {"reason", "scripted failure"}});
         continue;
       }
       if (has(text, "#degraded")) degraded.insert("cache server");
@@ -110,15 +117,17 @@ int main(int argc, char** argv) {
       const int size = static_cast<int>(prompt.size());
       for (int i = 0; i < max_tokens; i += 2) {
         std::vector<int> tokens;
-        for (int j = i; j < std::min(i + 2, max_tokens); ++j) tokens.push_back('a' + (size + j) % 26);
+        for (int j = i; j < std::min(i + 2, max_tokens); ++j)
+          tokens.push_back('a' + (size + j) % 26);
         const bool done = i + 2 >= max_tokens;
-        kvtier::send_message(socket, {{"t", "out"},
-                                      {"id", id},
-                                      {"tokens", tokens},
-                                      {"done", done},
-                                      {"finish_reason", done ? nlohmann::json("length") : nlohmann::json(nullptr)},
-                                      {"prompt_tokens", size},
-                                      {"cached_tokens", size / 2}});
+        kvtier::send_message(
+            socket, {{"t", "out"},
+                     {"id", id},
+                     {"tokens", tokens},
+                     {"done", done},
+                     {"finish_reason", done ? nlohmann::json("length") : nlohmann::json(nullptr)},
+                     {"prompt_tokens", size},
+                     {"cached_tokens", size / 2}});
       }
     }
   }

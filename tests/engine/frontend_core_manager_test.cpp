@@ -18,7 +18,8 @@ std::string fake_text(size_t prompt_size, size_t tokens) {
 }
 
 nlohmann::json completion(const std::string& prompt, int max_tokens = 6, bool stream = false) {
-  return {{"model", "kvtier-tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", stream}};
+  return {
+      {"model", "kvtier-tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", stream}};
 }
 
 std::string health_reason(const FrontendRig& rig) {
@@ -47,6 +48,9 @@ TEST(FrontendCoreManager, CompletionEndToEnd) {
   EXPECT_NE(metrics.find("\nkvtier_cached_prompt_tokens_total 2\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("\nkvtier_requests_in_flight 0\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kvtier_core_requests{core=\"0\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\n# TYPE kvtier_core_requests counter\n"), std::string::npos)
+      << "the kind the core's heartbeat names\n"
+      << metrics;
 }
 
 TEST(FrontendCoreManager, ChatEndToEnd) {
@@ -107,7 +111,8 @@ TEST(FrontendCoreManager, BadRequestsGet400AndTheServerLivesOn) {
   const HttpReply not_json = rig.post_raw("/v1/completions", "{\"prompt\": ");
   EXPECT_EQ(not_json.status, 400);
   EXPECT_EQ(not_json.json()["error"]["type"], "invalid_request_error");
-  const HttpReply ill_typed = rig.post("/v1/completions", {{"prompt", "a"}, {"max_tokens", "many"}});
+  const HttpReply ill_typed =
+      rig.post("/v1/completions", {{"prompt", "a"}, {"max_tokens", "many"}});
   EXPECT_EQ(ill_typed.status, 400);
   EXPECT_EQ(ill_typed.json()["error"]["param"], "max_tokens");
   const HttpReply too_long = rig.post("/v1/completions", {{"prompt", std::string(300, 'x')}});
@@ -144,15 +149,21 @@ TEST(FrontendCoreManager, LeastLoadedCoreGetsTheRequest) {
   auto second = rig.manager->submit(tokenize("#hang 2"), 4);
   ASSERT_TRUE(first && second);
   // Each core reports one request received.
-  EXPECT_TRUE(wait_until([&] {
-    const std::string m = rig.get("/metrics").body;
-    return m.find("kvtier_core_requests{core=\"0\"} 1\n") != std::string::npos &&
-           m.find("kvtier_core_requests{core=\"1\"} 1\n") != std::string::npos;
-  }, 5000ms)) << rig.get("/metrics").body;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        const std::string m = rig.get("/metrics").body;
+        return m.find("kvtier_core_requests{core=\"0\"} 1\n") != std::string::npos &&
+               m.find("kvtier_core_requests{core=\"1\"} 1\n") != std::string::npos;
+      },
+      5000ms))
+      << rig.get("/metrics").body;
   rig.manager->abort((*first)->id());
-  EXPECT_TRUE(wait_until([&] {
-    return rig.get("/metrics").body.find("kvtier_core_aborts{core=\"0\"} 1\n") != std::string::npos;
-  }, 5000ms));
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return rig.get("/metrics").body.find("kvtier_core_aborts{core=\"0\"} 1\n") !=
+               std::string::npos;
+      },
+      5000ms));
 }
 
 TEST(FrontendCoreManager, StartingUntilHelloAndRequestsRefused) {
@@ -169,7 +180,8 @@ TEST(FrontendCoreManager, H2_FailedCoreStaysFailedWhileItKeepsHeartbeating) {
   const HttpReply reply = rig.post("/v1/completions", completion("#fail"));
   EXPECT_EQ(reply.status, 503);
   EXPECT_NE(reply.json()["error"]["message"].get<std::string>().find("scripted failure"),
-            std::string::npos) << reply.body;
+            std::string::npos)
+      << reply.body;
   const HttpReply health = rig.get("/health");
   EXPECT_EQ(health.status, 503);
   EXPECT_EQ(health.json()["status"], "failed");
@@ -190,7 +202,7 @@ TEST(FrontendCoreManager, H3_KilledCoreIs503NamingTheSignal) {
   // The core's command line names its role (serve_process.h finds processes by role).
   const std::optional<pid_t> core = find_process(getpid(), {"engine-core", "0"});
   ASSERT_EQ(core, rig.manager->core_pid(0));
-  kill(*core, SIGKILL);
+  send_signal(*core, SIGKILL);
   ASSERT_TRUE(rig.health_becomes("failed", 1000ms));
   EXPECT_EQ(rig.get("/health").status, 503);
   EXPECT_EQ(health_reason(rig), "engine core 0 killed by signal 9 (Killed)");
@@ -210,7 +222,7 @@ TEST(FrontendCoreManager, H5_StreamInFlightEndsWithAnErrorEventWhenTheCoreDies) 
   // The request hangs in the core; once the frontend counts it in flight, kill the core.
   std::thread killer([&] {
     if (wait_until([&] { return rig.manager->metrics().requests_in_flight == 1; }, 5000ms)) {
-      kill(rig.manager->core_pid(0), SIGKILL);
+      send_signal(rig.manager->core_pid(0), SIGKILL);
     }
   });
   const auto start = TestClock::now();
@@ -224,7 +236,8 @@ TEST(FrontendCoreManager, H5_StreamInFlightEndsWithAnErrorEventWhenTheCoreDies) 
   ASSERT_FALSE(stream.events.empty());
   const nlohmann::json error = stream.events.back().json();
   EXPECT_NE(error["error"]["message"].get<std::string>().find("engine core 0 killed"),
-            std::string::npos) << stream.raw;
+            std::string::npos)
+      << stream.raw;
   EXPECT_LT(took, 2000ms);
 }
 
@@ -257,7 +270,8 @@ TEST(FrontendCoreManager, H6_SilentCoreIsStalledAndItsRequestsEnd) {
   const auto took = TestClock::now() - start;
   EXPECT_EQ(reply.status, 503);
   EXPECT_NE(reply.json()["error"]["message"].get<std::string>().find("engine core 0 stalled"),
-            std::string::npos) << reply.body;
+            std::string::npos)
+      << reply.body;
   EXPECT_LT(took, 300ms + 1000ms);
   const HttpReply health = rig.get("/health");
   EXPECT_EQ(health.status, 503);
@@ -271,7 +285,8 @@ TEST(FrontendCoreManager, H7_DegradedCoreAnswers200AndNamesIt) {
   EXPECT_EQ(health.status, 200);
   EXPECT_EQ(health.json()["degraded"], nlohmann::json({"host tier"}));
   EXPECT_EQ(rig.post("/v1/completions", completion("#degraded")).status, 200);
-  ASSERT_TRUE(wait_until([&] { return rig.get("/health").json()["degraded"].size() == 2; }, 5000ms));
+  ASSERT_TRUE(
+      wait_until([&] { return rig.get("/health").json()["degraded"].size() == 2; }, 5000ms));
   EXPECT_EQ(rig.post("/v1/completions", completion("#recover")).status, 200);
   EXPECT_TRUE(rig.health_becomes("ok"));
 }

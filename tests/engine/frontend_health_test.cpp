@@ -24,7 +24,8 @@ TEST_F(EngineHealthTest, StartingUntilEveryCoreSaidHello) {
   EXPECT_EQ(health.report().body["status"], "starting");
   health.hello(0, t0);
   EXPECT_EQ(health.report().body["status"], "starting");
-  EXPECT_NE(health.report().body["reason"].get<std::string>().find("engine core 1"), std::string::npos);
+  EXPECT_NE(health.report().body["reason"].get<std::string>().find("engine core 1"),
+            std::string::npos);
   health.hello(1, t0);
   EXPECT_EQ(health.report().http_status, 200);
   EXPECT_EQ(health.report().body, nlohmann::json({{"status", "ok"}}));
@@ -74,7 +75,8 @@ TEST_F(EngineHealthTest, H6_StalledAfterTheTimeoutNotBefore) {
   const HealthReport report = health.report();
   EXPECT_EQ(report.http_status, 503);
   EXPECT_EQ(report.body["status"], "stalled");
-  EXPECT_NE(report.body["reason"].get<std::string>().find("engine core 1 stalled"), std::string::npos);
+  EXPECT_NE(report.body["reason"].get<std::string>().find("engine core 1 stalled"),
+            std::string::npos);
   // Recorded once: a later check does not report it again, and it stays (H2).
   EXPECT_TRUE(health.check_stalls(t0 + milliseconds(700)).empty());
   health.heartbeat(1, t0 + milliseconds(800), {});

@@ -21,7 +21,9 @@ TEST(FrontendMetrics, FrontendCountersOneFamilyEach) {
   m.cached_prompt_tokens_total = 512;
   const std::string text = render_metrics(m);
   EXPECT_TRUE(has_line(text, "kvtier_engine_healthy 1")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE kvtier_engine_healthy gauge")) << text;
   EXPECT_TRUE(has_line(text, "# TYPE kvtier_requests_total counter")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE kvtier_requests_in_flight gauge")) << text;
   EXPECT_TRUE(has_line(text, "kvtier_requests_total 7")) << text;
   EXPECT_TRUE(has_line(text, "kvtier_requests_in_flight 2")) << text;
   EXPECT_TRUE(has_line(text, "kvtier_request_errors_total 1")) << text;
@@ -47,6 +49,19 @@ TEST(FrontendMetrics, CoreCountersAreLabelledByCoreAndSanitized) {
     ++types;
   }
   EXPECT_EQ(types, 1u);
+}
+
+TEST(FrontendMetrics, CoreCountersTakeTheirKindAsType) {
+  EngineMetrics m;
+  m.core_counters = {{{"steps_total", 9}, {"requests_running", 2}, {"mystery", 1}},
+                     {{"steps_total", 4}}};
+  m.core_kinds = {{"steps_total", CounterKind::kCounter},
+                  {"requests_running", CounterKind::kGauge}};
+  const std::string text = render_metrics(m);
+  EXPECT_TRUE(has_line(text, "# TYPE kvtier_core_steps_total counter")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE kvtier_core_requests_running gauge")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE kvtier_core_mystery untyped")) << "no kind: untyped\n" << text;
+  EXPECT_TRUE(has_line(text, "kvtier_core_steps_total{core=\"1\"} 4")) << text;
 }
 
 }  // namespace

@@ -83,7 +83,8 @@ TEST(FrontendRequest, ChatTemplate) {
   const nlohmann::json messages = nlohmann::json::parse(
       R"([{"role":"system","content":"be brief"},{"role":"user","content":"hi"}])");
   EXPECT_EQ(chat_prompt(messages), "<|system|>\nbe brief\n<|user|>\nhi\n<|assistant|>\n");
-  auto parsed = parse_completion_request(nlohmann::json{{"messages", messages}}.dump(), true, kLimits);
+  auto parsed =
+      parse_completion_request(nlohmann::json{{"messages", messages}}.dump(), true, kLimits);
   ASSERT_TRUE(parsed) << parsed.error().message;
   EXPECT_TRUE(parsed->chat);
   EXPECT_EQ(parsed->prompt, chat_prompt(messages));
@@ -116,7 +117,8 @@ TEST(FrontendResponse, ChatShapes) {
   const ResponseShape shape(true, "chatcmpl-r1", "kvtier-tiny", 1700000000);
   const nlohmann::json full = shape.full("abcd", "length", {});
   EXPECT_EQ(full["object"], "chat.completion");
-  EXPECT_EQ(full["choices"][0]["message"], nlohmann::json({{"role", "assistant"}, {"content", "abcd"}}));
+  EXPECT_EQ(full["choices"][0]["message"],
+            nlohmann::json({{"role", "assistant"}, {"content", "abcd"}}));
   EXPECT_EQ(shape.role_chunk()["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(shape.chunk("ab")["object"], "chat.completion.chunk");
   EXPECT_EQ(shape.chunk("ab")["choices"][0]["delta"]["content"], "ab");

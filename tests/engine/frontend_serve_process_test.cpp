@@ -25,8 +25,8 @@ TEST(FrontendServeProcess, ServeReexecsAsFrontendPrintsItsPortAndClosesOnSigterm
   // The environment says one model name, --set another: the frontend serves the --set one
   // (the resolved configuration is not overlaid with KVTIER_* again after the re-exec).
   setenv("KVTIER_ENGINE_MODEL_NAME", "from-env", 1);
-  auto serve = ServeProcess::start({KVTIER_EXE, "serve", "--set", "engine.port=0", "--set",
-                                    "engine.model_name=from-set"});
+  auto serve = ServeProcess::start(
+      {KVTIER_EXE, "serve", "--set", "engine.port=0", "--set", "engine.model_name=from-set"});
   unsetenv("KVTIER_ENGINE_MODEL_NAME");
   ASSERT_TRUE(serve.has_value());
   EXPECT_EQ(serve->model(), "from-set");

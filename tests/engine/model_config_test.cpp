@@ -18,9 +18,9 @@ TEST(ModelConfig, DefaultsAreValid) {
 TEST(ModelConfig, ModelIdNamesEveryKvShapingField) {
   const ModelConfig base;
   EXPECT_EQ(base.model_id(), "tiny-l4-q2-kv2-d16-h64-m128-w0-s1");
-  for (auto field : {&ModelConfig::layers, &ModelConfig::q_heads, &ModelConfig::kv_heads,
-                     &ModelConfig::head_dim, &ModelConfig::hidden, &ModelConfig::mlp_dim,
-                     &ModelConfig::sliding_window}) {
+  for (auto field :
+       {&ModelConfig::layers, &ModelConfig::q_heads, &ModelConfig::kv_heads, &ModelConfig::head_dim,
+        &ModelConfig::hidden, &ModelConfig::mlp_dim, &ModelConfig::sliding_window}) {
     ModelConfig c;
     c.*field += 2;
     EXPECT_NE(c.model_id(), base.model_id());

@@ -1,10 +1,10 @@
 // SchedulerRig: one engine core in-process, step by step, with real parts: the EngineScheduler
 // (device prefix cache, preemption, chunked prefill, the connector's scheduler side) and one
 // rank that runs the tiny model on a host device behind a fault injector, with the worker side
-// of the connector and a host pool. Each step() does what the engine core and its worker do:
-// plan, start_load, the forward pass on the compute stream, queue_stores, finish. A step whose
-// batch is empty waits for the device to go idle first, so a request that waits for a transfer
-// costs a bounded number of steps. No sleeps.
+// of the connector the ConnectorFactory builds for the config (KV caches, host pool). Each step()
+// does what the engine core and its worker do: plan, start_load, the forward pass on the compute
+// stream, queue_stores, finish. A step whose batch is empty waits for the device to go idle first,
+// so a request that waits for a transfer costs a bounded number of steps. No sleeps.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,8 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kvtier/cache/host_pool.h"
-#include "kvtier/connector/worker_connector.h"
+#include "kvtier/connector/connector_factory.h"
 #include "kvtier/device/fault_injecting_device.h"
 #include "kvtier/device/host_device.h"
 #include "kvtier/engine/byte_vocab.h"
@@ -32,35 +31,21 @@ class SchedulerRig {
         shape_(engine_shape(config)),
         scheduler_(config, shape_),
         fault_(host_, std::move(faults)),
-        model_(shape_.model, 0, 1),
-        connector_(0) {
+        model_(shape_.model, 0, 1) {
     compute_ = fault_.create_stream();
     step_done_ = fault_.create_event();
-    for (const KvGroup& g : shape_.layout.groups) {
-      GroupCacheAddresses group{.num_blocks = shape_.device_blocks};
-      const bool per_layer = shape_.layout.device_layout == DeviceLayout::kPerLayer;
-      const size_t bytes =
-          size_t{shape_.device_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
-      for (size_t t = 0; t < (per_layer ? g.layers : 1); ++t) {
-        group.bases.push_back(fault_.allocate(bytes));
-      }
-      caches_.groups.push_back(std::move(group));
-    }
-    if (config.connector.enabled) {
-      auto pool = HostPool::create(fault_, shape_.layout.max_chunk_bytes(), shape_.host_slots);
-      if (!pool) throw std::runtime_error(pool.error().message);
-      pool_ = std::move(*pool);
-      connector_.register_kv_caches(
-          fault_, shape_.layout, caches_,
-          HostSlots{pool_->slot_address(0), pool_->slot_bytes(), shape_.host_slots}, compute_,
-          transfer_options(config.transfer));
-    }
+    connector_ = ConnectorFactory(config, connector_shape(shape_))
+                     .worker(WorkerSetup{.rank = 0,
+                                         .device_blocks = shape_.device_blocks,
+                                         .device = &fault_,
+                                         .compute_stream = compute_});
   }
 
   ~SchedulerRig() {
-    connector_ = WorkerConnector(0);
+    // Copies may still run: the device drains before the connector (and its memory) goes.
     fault_.release_hangs();
     host_.quiesce();
+    connector_.reset();
   }
 
   EngineScheduler& scheduler() { return scheduler_; }
@@ -81,15 +66,15 @@ class SchedulerRig {
       inputs.push_back(
           ForwardInput{.start = e.start, .tokens = e.tokens, .block_tables = tables[i]});
     }
-    const bool local = config_.connector.enabled;
-    if (local) connector_.start_load(plan.metadata);
+    connector_->start_load(plan.metadata);
     std::vector<TokenId> sampled;
     if (!inputs.empty()) {
       std::vector<std::vector<float>> logits;
       std::exception_ptr error;
       fault_.launch_host_func(compute_, [&] {
         try {
-          logits = model_.forward_batch(inputs, shape_.layout, caches_, collective_);
+          logits =
+              model_.forward_batch(inputs, shape_.layout, connector_->kv_caches(), collective_);
         } catch (...) {
           error = std::current_exception();
         }
@@ -101,8 +86,8 @@ class SchedulerRig {
     } else {
       host_.quiesce();  // nothing to compute: let the transfers it waits for end
     }
-    if (local) connector_.queue_stores(plan.metadata);
-    const std::vector<WorkerOutput> outputs{local ? connector_.take_output() : WorkerOutput{}};
+    connector_->queue_stores(plan.metadata);
+    const std::vector<WorkerOutput> outputs{connector_->take_output()};
     for (const RequestUpdate& u : scheduler_.finish_step(sampled, outputs)) record(u);
     return plan;
   }
@@ -137,11 +122,9 @@ class SchedulerRig {
   FaultInjectingDevice fault_;
   TinyModel model_;
   SingleRankCollective collective_;
-  KvCacheAddresses caches_;
-  std::unique_ptr<HostPool> pool_;
   StreamHandle compute_;
   EventHandle step_done_;
-  WorkerConnector connector_;
+  std::unique_ptr<WorkerConnector> connector_;
   std::map<std::string, Result> results_;
 };
 

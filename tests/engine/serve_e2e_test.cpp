@@ -17,8 +17,8 @@ pid_t find_role(const ServeProcess& serve, const std::vector<std::string>& role)
 }
 
 nlohmann::json complete(const ServeProcess& serve, const std::string& prompt, int max_tokens) {
-  const HttpReply r = serve.post("/v1/completions", {{"prompt", prompt}, {"max_tokens", max_tokens}},
-                                 60000ms);
+  const HttpReply r =
+      serve.post("/v1/completions", {{"prompt", prompt}, {"max_tokens", max_tokens}}, 60000ms);
   EXPECT_EQ(r.status, 200) << r.body;
   return r.json();
 }
@@ -27,8 +27,8 @@ nlohmann::json complete(const ServeProcess& serve, const std::string& prompt, in
 std::vector<nlohmann::json> shared_prefix_session(const ServeProcess& serve) {
   std::vector<nlohmann::json> out;
   const std::string a = prompt_text(400, 1), b = prompt_text(400, 2), c = prompt_text(400, 3);
-  for (const std::string& p : {a, b, c, a + prompt_text(30, 9), b + prompt_text(30, 10),
-                               c + prompt_text(30, 11)}) {
+  for (const std::string& p :
+       {a, b, c, a + prompt_text(30, 9), b + prompt_text(30, 10), c + prompt_text(30, 11)}) {
     out.push_back(complete(serve, p, 8));
   }
   return out;
@@ -49,9 +49,12 @@ TEST(ServeE2E, SharedPrefixComesFromTheCacheWithTheSameOutputAndShowsInMetrics) 
   }
   EXPECT_GE(on_out[3]["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 384);
   EXPECT_EQ(off_out[3]["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
-  ASSERT_TRUE(wait_until([&] {
-    return metric(on->get("/metrics").body, "kvtier_core_kvtier_hit_tokens_total") >= 384;
-  }, 5000ms)) << on->get("/metrics").body;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return metric(on->get("/metrics").body, "kvtier_core_kvtier_hit_tokens_total") >= 384;
+      },
+      5000ms))
+      << on->get("/metrics").body;
 }
 
 TEST(ServeE2E, H1_FaultsInjectedThroughConfigLeaveOutputsIdenticalAndHealthy) {
@@ -88,9 +91,10 @@ TEST(ServeE2E, H2_H5_KilledWorkerTurnsHealth503AndEndsTheStreamNamingIt) {
       10000ms, [&](const SseEvent&) {
         if (killed) return;
         killed = TestClock::now();
-        ::kill(worker, SIGKILL);
+        send_signal(worker, SIGKILL);
         watcher = std::thread([&] {
-          if (wait_until([&] { return serve->get("/health", 1000ms).status == 503; }, 2000ms, 1ms)) {
+          if (wait_until([&] { return serve->get("/health", 1000ms).status == 503; }, 2000ms,
+                         1ms)) {
             health_503 = TestClock::now();
           }
         });
@@ -98,14 +102,16 @@ TEST(ServeE2E, H2_H5_KilledWorkerTurnsHealth503AndEndsTheStreamNamingIt) {
   const auto stream_ended = TestClock::now();
   if (watcher.joinable()) watcher.join();
   ASSERT_TRUE(killed.has_value());
-  EXPECT_TRUE(stream.error) << stream.raw.substr(stream.raw.size() > 500 ? stream.raw.size() - 500 : 0);
+  EXPECT_TRUE(stream.error) << stream.raw.substr(stream.raw.size() > 500 ? stream.raw.size() - 500
+                                                                         : 0);
   EXPECT_LT(stream_ended - *killed, 1000ms) << "H5: the stream ends promptly";
   ASSERT_TRUE(health_503.has_value());
   EXPECT_LT(*health_503 - *killed, 1000ms) << "H2: 503 within a second";
   const HttpReply health = serve->get("/health");
   EXPECT_EQ(health.status, 503);
   EXPECT_NE(health.body.find("worker 0/1"), std::string::npos) << health.body;
-  EXPECT_NE(stream.raw.find("worker 0/1"), std::string::npos) << "the stream's error names the worker";
+  EXPECT_NE(stream.raw.find("worker 0/1"), std::string::npos)
+      << "the stream's error names the worker";
 }
 
 TEST(ServeE2E, H6_StoppedWorkerTurnsHealth503WithinTheStallTimeout) {
@@ -113,12 +119,12 @@ TEST(ServeE2E, H6_StoppedWorkerTurnsHealth503WithinTheStallTimeout) {
   ASSERT_TRUE(serve);
   const pid_t worker = find_role(*serve, {"worker", "0/0"});
   ASSERT_GT(worker, 0);
-  ::kill(worker, SIGSTOP);
+  send_signal(worker, SIGSTOP);
   const auto stopped = TestClock::now();
   EXPECT_TRUE(wait_until([&] { return serve->get("/health", 1000ms).status == 503; }, 2000ms));
   EXPECT_LT(TestClock::now() - stopped, 2000ms);
   EXPECT_NE(serve->get("/health").body.find("stalled"), std::string::npos);
-  ::kill(worker, SIGCONT);
+  send_signal(worker, SIGCONT);
 }
 
 TEST(ServeE2E, H3_KilledEngineCoreTurnsHealth503) {
@@ -126,22 +132,24 @@ TEST(ServeE2E, H3_KilledEngineCoreTurnsHealth503) {
   ASSERT_TRUE(serve);
   const pid_t core = find_role(*serve, {"engine-core", "0"});
   ASSERT_GT(core, 0);
-  ::kill(core, SIGKILL);
+  send_signal(core, SIGKILL);
   EXPECT_TRUE(wait_until([&] { return serve->get("/health", 1000ms).status == 503; }, 2000ms));
   EXPECT_NE(serve->get("/health").body.find("engine core 0"), std::string::npos)
       << serve->get("/health").body;
   // A new request on the dead engine is refused, not left hanging (H5).
-  EXPECT_EQ(serve->post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 4}}, 5000ms).status, 503);
+  EXPECT_EQ(serve->post("/v1/completions", {{"prompt", "hello"}, {"max_tokens", 4}}, 5000ms).status,
+            503);
 }
 
 TEST(ServeE2E, H4_FailStopTurnsTheEngineFailed) {
   auto serve = start_ready({"faults.record_failure_rate=1"});
   ASSERT_TRUE(serve);
-  const HttpReply r = serve->post("/v1/completions", {{"prompt", prompt_text(200, 5)}, {"max_tokens", 4}},
-                                  10000ms);
+  const HttpReply r =
+      serve->post("/v1/completions", {{"prompt", prompt_text(200, 5)}, {"max_tokens", 4}}, 10000ms);
   (void)r;  // the request may finish or fail; the engine must turn FAILED either way
   ASSERT_TRUE(wait_until([&] { return serve->get("/health").status == 503; }, 5000ms));
-  EXPECT_NE(serve->get("/health").body.find("fail-stop"), std::string::npos) << serve->get("/health").body;
+  EXPECT_NE(serve->get("/health").body.find("fail-stop"), std::string::npos)
+      << serve->get("/health").body;
 }
 
 TEST(ServeE2E, H3_GracefulShutdownAnswersClosed) {
@@ -150,11 +158,13 @@ TEST(ServeE2E, H3_GracefulShutdownAnswersClosed) {
   serve->signal(SIGTERM);
   // Until it has exited, /health answers 503 "closed" (or nothing once the socket is gone).
   bool saw_closed = false;
-  wait_until([&] {
-    const HttpReply h = serve->get("/health", 500ms);
-    if (h.status == 503 && h.body.find("closed") != std::string::npos) saw_closed = true;
-    return h.status == 0 || saw_closed;
-  }, 5000ms, 1ms);
+  wait_until(
+      [&] {
+        const HttpReply h = serve->get("/health", 500ms);
+        if (h.status == 503 && h.body.find("closed") != std::string::npos) saw_closed = true;
+        return h.status == 0 || saw_closed;
+      },
+      5000ms, 1ms);
   EXPECT_TRUE(saw_closed);
   const auto status = serve->wait_exit(10000ms);
   ASSERT_TRUE(status.has_value());

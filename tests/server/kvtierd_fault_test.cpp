@@ -70,13 +70,16 @@ TEST_F(KvtierdFaultTest, F11_HandlerThatThrowsStillGetsOneErrorReply) {
   start();
   SharedKvRegion region;
   auto client = connect(region);
-  auto reply = client->call(server::Request{.op = server::Op::kStats, .hook = "throw"}, 2s).get();
+  auto reply =
+      client->call(server::Request{.op = server::Op::kStats, .hook = server::TestHook::kThrow}, 2s)
+          .get();
   ASSERT_FALSE(reply);
   EXPECT_EQ(reply.error().code, ErrorCode::kInternal) << reply.error().message;
   EXPECT_NE(reply.error().message.find("handler raised"), std::string::npos);
   // A throwing handler of a transfer: the future is Failed (an error reply), not Unprovable.
   TransferResult r =
-      client->store(1, 0, test_keys(1, 1), consecutive_blocks(0, 1, 4), "throw").get();
+      client->store(1, 0, test_keys(1, 1), consecutive_blocks(0, 1, 4), server::TestHook::kThrow)
+          .get();
   EXPECT_EQ(r.outcome, Outcome::kFailed) << r.error;
   EXPECT_EQ(stat(*client, "handler_errors"), 2u);  // and the server keeps serving
   EXPECT_EQ(stat(*client, "slots_pending"), 0u);   // F12: the failed request held nothing
@@ -129,7 +132,8 @@ TEST_F(KvtierdFaultTest, F11_FailedStoreIsAnsweredFailedAndNeverPublished) {
   SharedKvRegion region;
   auto client = connect(region);
   const auto keys = test_keys(40, 2);
-  TransferResult r = client->store(1, 0, keys, consecutive_blocks(0, 2, 4), "fail_copies").get();
+  TransferResult r =
+      client->store(1, 0, keys, consecutive_blocks(0, 2, 4), server::TestHook::kFailCopies).get();
   EXPECT_EQ(r.outcome, Outcome::kFailed) << r.error;
   EXPECT_NE(r.error.find("transfer_failed"), std::string::npos) << r.error;
   auto found = client->lookup(keys).get();
@@ -146,7 +150,8 @@ TEST_F(KvtierdFaultTest, F11_FailedTransferIsAnsweredOnlyAfterItsCopiesStopped) 
   auto client = connect(region);
   auto watcher = connect(watcher_region);
   const auto keys = test_keys(90, 2);
-  auto store = client->store(1, 0, keys, consecutive_blocks(0, 2, 4), "fail_partway");
+  auto store =
+      client->store(1, 0, keys, consecutive_blocks(0, 2, 4), server::TestHook::kFailPartway);
   // The submit failed after one copy was enqueued, and that copy still runs (hangs) ...
   ASSERT_TRUE(eventually([&] { return stat(*watcher, "injected_hangs") == 1; }));
   EXPECT_EQ(stat(*watcher, "transfers_in_flight"), 1u);
@@ -171,7 +176,8 @@ TEST_F(KvtierdFaultTest, F7_ServerKilledMidTransferIsUnprovableNeverCompleted) {
   SharedKvRegion region, watcher_region;
   auto client = connect(region);
   auto watcher = connect(watcher_region);
-  auto store = client->store(1, 0, test_keys(50, 2), consecutive_blocks(0, 2, 4), "hang_copies");
+  auto store = client->store(1, 0, test_keys(50, 2), consecutive_blocks(0, 2, 4),
+                             server::TestHook::kHangCopies);
   // The server's copies on the client's memory are in flight (hung) ...
   ASSERT_TRUE(eventually([&] { return stat(*watcher, "injected_hangs") == 1; }));
   EXPECT_EQ(stat(*watcher, "transfers_in_flight"), 1u);
@@ -190,7 +196,8 @@ TEST_F(KvtierdFaultTest, F8_ServerThatNeverRepliesIsUnprovableAtTheDeadlineNotBe
   options.transfer_deadline = 400ms;
   auto client = connect(region, options);
   const auto submitted = std::chrono::steady_clock::now();
-  auto store = client->store(1, 0, test_keys(60, 1), consecutive_blocks(0, 1, 4), "no_reply");
+  auto store = client->store(1, 0, test_keys(60, 1), consecutive_blocks(0, 1, 4),
+                             server::TestHook::kNoReply);
   ASSERT_TRUE(ready_within(store, 3s));
   const auto resolved = std::chrono::steady_clock::now();
   TransferResult r = store.get();

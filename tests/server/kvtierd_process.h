@@ -2,18 +2,18 @@
 // unique ipc:// endpoint, configured through --set. Every wait is bounded.
 #pragma once
 
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "kvtier/core/child_process.h"
 
 #ifndef KVTIER_BINARY
 #error "KVTIER_BINARY (path of the kvtier executable) must be defined by CMake"
@@ -38,54 +38,28 @@ class KvtierdProcess {
       : endpoint_(std::move(endpoint)), settings_(std::move(settings)), test_hooks_(test_hooks) {
     start();
   }
-  ~KvtierdProcess() {
-    if (pid_ > 0) kill_now();
-  }
 
+  // Throws std::system_error when fork fails. The server never outlives this process.
   void start() {
     std::vector<std::string> args = {KVTIER_BINARY, "--set", "server.endpoint=" + endpoint_};
     for (const auto& s : small_layout_settings()) args.insert(args.end(), {"--set", s});
     for (const auto& s : settings_) args.insert(args.end(), {"--set", s});
     args.push_back("server");
     if (test_hooks_) args.push_back("--test-hooks");
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive this process
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    process_ = ChildProcess::spawn(args);
   }
-  // A no-op when the process is gone already (kill(-1) would signal every process we own).
-  void kill_now() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
+  // SIGKILL and reap; a no-op when the process is gone already.
+  void kill_now() { process_.kill_and_reap(); }
   // SIGSTOP / SIGCONT: a server that is alive and connected but answers nothing.
-  // Never signal pid <= 0: kill(-1, …) reaches every process of the user.
-  void pause() {
-    if (pid_ > 0) ::kill(pid_, SIGSTOP);
-  }
-  void resume() {
-    if (pid_ > 0) ::kill(pid_, SIGCONT);
-  }
-  // Waits (bounded) for the process to exit; its exit status, or nullopt on timeout.
+  void pause() { process_.signal(SIGSTOP); }
+  void resume() { process_.signal(SIGCONT); }
+  // Waits (bounded) for the process to exit; its exit status (128 + the signal when a signal
+  // ended it), or nullopt on timeout.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < end) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling a child's exit
-    }
-    return std::nullopt;
+    if (!process_.wait_exit(timeout)) return std::nullopt;
+    const std::optional<int> status = process_.wait_status();
+    if (!status) return std::nullopt;
+    return WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
   }
   const std::string& endpoint() const { return endpoint_; }
 
@@ -93,7 +67,7 @@ class KvtierdProcess {
   std::string endpoint_;
   std::vector<std::string> settings_;
   bool test_hooks_;
-  pid_t pid_ = -1;
+  ChildProcess process_;  // killed and reaped when the test ends
 };
 
 // Polls `pred` until it holds or `timeout` passes; returns whether it held.

@@ -61,6 +61,10 @@ TEST_F(KvtierdTest, StoreLookupRetrieveReturnsExactlyTheStoredBytes) {
   }
   EXPECT_EQ(stat(*client, "cache_audit_ok"), 1u);
   EXPECT_EQ(stat(*client, "slots_pinned"), 0u);  // F12: the load's pins were released
+  // STATS carries every counter of the cache (its visit_counters), not only the slot states.
+  EXPECT_EQ(stat(*client, "slots_ready"), 3u);
+  EXPECT_EQ(stat(*client, "stores_succeeded"), 3u);
+  EXPECT_EQ(stat(*client, "loads"), 3u);
 }
 
 TEST_F(KvtierdTest, RetrieveOfAMissingKeyIsFailedAndPinsNothing) {
@@ -117,7 +121,8 @@ TEST_F(KvtierdTest, LockLimitAndRequestLimitGetErrorReplies) {
   EXPECT_NE(locked.error().message.find("limit_exceeded"), std::string::npos);
 
   // One request held by the server (no reply), so the next one exceeds the in-flight limit.
-  auto held = client->call(server::Request{.op = server::Op::kStats, .hook = "no_reply"}, 2s);
+  auto held = client->call(
+      server::Request{.op = server::Op::kStats, .hook = server::TestHook::kNoReply}, 2s);
   ASSERT_TRUE(eventually([&] {
     auto r = client->stats().get();
     return !r && r.error().message.find("limit_exceeded") != std::string::npos;
@@ -133,6 +138,8 @@ TEST_F(KvtierdTest, DisconnectedClientHasItsLocksReleased) {
   ASSERT_EQ(a->store(1, 0, keys, consecutive_blocks(0, 2, 4)).get().outcome, Outcome::kCompleted);
   ASSERT_TRUE(a->lookup(keys, 60s).get());
   EXPECT_EQ(stat(*b, "locks"), 1u);
+  EXPECT_EQ(stat(*a, "client_locked_keys"), 2u) << "the asking client's own locks";
+  EXPECT_EQ(stat(*b, "client_locked_keys"), 0u);
   a.reset();  // gone without UNREGISTER: silent past server.client_timeout_s
   EXPECT_TRUE(eventually([&] { return stat(*b, "locks") == 0; }, 5s));
   EXPECT_EQ(stat(*b, "slots_pinned"), 0u);
@@ -184,7 +191,8 @@ TEST_F(KvtierdTest, SlowHandlerNeverBlocksTheSocketLoop) {
   SharedKvRegion region, other_region;
   auto client = connect(region);
   auto other = connect(other_region);
-  auto slow = client->call(server::Request{.op = server::Op::kStats, .hook = "stall"}, 5s);
+  auto slow =
+      client->call(server::Request{.op = server::Op::kStats, .hook = server::TestHook::kStall}, 5s);
   // PINGs and bad frames are the socket loop's own: answered while the handler runs.
   for (int i = 0; i < 5; ++i) {
     auto pong = other->ping().get();

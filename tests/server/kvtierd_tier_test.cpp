@@ -89,7 +89,8 @@ class KvtierdTierTest : public ::testing::Test {
   // exact, and no slot leaked (F12).
   void expect_only_the_intact_chunk_served(CacheClient& client, const std::vector<ChunkKey>& keys) {
     TransferResult corrupt =
-        client.retrieve(2, 0, {keys[1]}, consecutive_blocks(40, 1, region_.blocks_per_chunk())).get();
+        client.retrieve(2, 0, {keys[1]}, consecutive_blocks(40, 1, region_.blocks_per_chunk()))
+            .get();
     EXPECT_EQ(corrupt.outcome, Outcome::kFailed);
     EXPECT_TRUE(retrieves_exactly(client, 3, {keys[0]}, 0, 44));
     expect_cache_sound(client);
@@ -137,6 +138,8 @@ TEST_F(KvtierdTierTest, EvictedChunksComeBackFromDiskAlsoAfterARestart) {
   ASSERT_TRUE(lookup_settles_at(*client, a, 3));
   EXPECT_TRUE(retrieves_exactly(*client, 4, a, 0, 52));
   EXPECT_GE(stat(*client, "tier.disk.hits"), 3u);
+  EXPECT_EQ(stat(*client, "tier.disk.skipped_calls"), 0u);  // every TierCounters field
+  EXPECT_GE(stat(*client, "tier_prefetch_keys"), 3u);       // every TierMoverCounters field
   EXPECT_EQ(stat(*client, "tiers_degraded"), 0u);
   expect_cache_sound(*client);
 }

@@ -70,6 +70,91 @@ TEST(ProtocolCodec, RegisterRoundTrip) {
   EXPECT_EQ(out->memory.groups.at(0).offsets, (std::vector<uint64_t>{0, 2048}));
 }
 
+TEST(ProtocolCodec, EachOperationRoundTripsItsOwnFields) {
+  Request lookup{.id = 1, .op = Op::kLookup, .keys = {ChunkKey{5, 6}}, .lock_ms = 250};
+  auto l = decode_request(as_bytes(encode_request(lookup)), DecodeLimits{});
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_EQ(l->keys, lookup.keys);
+  EXPECT_EQ(l->lock_ms, 250u);
+  Request retrieve = store_request();
+  retrieve.op = Op::kRetrieve;
+  retrieve.group = 1;
+  retrieve.lock = 77;
+  auto r = decode_request(as_bytes(encode_request(retrieve)), DecodeLimits{});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->op, Op::kRetrieve);
+  EXPECT_EQ(r->group, 1u);
+  EXPECT_EQ(r->lock, 77u);
+  EXPECT_EQ(r->blocks, retrieve.blocks);
+  Request release{.id = 3, .op = Op::kRelease, .hook = TestHook::kStall, .lock = 9};
+  auto rel = decode_request(as_bytes(encode_request(release)), DecodeLimits{});
+  ASSERT_TRUE(rel) << rel.error().message;
+  EXPECT_EQ(rel->lock, 9u);
+  EXPECT_EQ(rel->hook, TestHook::kStall);
+}
+
+TEST(ProtocolCodec, F11_AnOperationsRequiredFieldsAreChecked) {
+  const DecodeLimits limits;
+  EXPECT_EQ(error_code(decode_request(as_bytes(frame(1, "1", "RELEASE")), limits)),
+            codes::kMalformed);  // no lock
+  EXPECT_EQ(error_code(decode_request(as_bytes(frame(1, "1", "LOOKUP")), limits)),
+            codes::kMalformed);  // no keys
+  const std::string register_without_memory = frame(1, "1", "REGISTER", 1, [](auto& pk) {
+    pk.pack("layout");
+    pk.pack_map(0);
+  });
+  EXPECT_EQ(error_code(decode_request(as_bytes(register_without_memory), limits)),
+            codes::kMalformed);
+  // A field of the operation, of the wrong type, is malformed; the error reply can echo the id.
+  uint64_t id = 0;
+  const std::string bad_lock = frame(1, "8", "RELEASE", 1, [](auto& pk) {
+    pk.pack("lock");
+    pk.pack("not a number");
+  });
+  EXPECT_EQ(error_code(decode_request(as_bytes(bad_lock), limits, &id)), codes::kMalformed);
+  EXPECT_EQ(id, 8u);
+}
+
+TEST(ProtocolCodec, KeysOfAnotherOperationAreIgnoredLikeUnknownOnes) {
+  // "keys" is LOOKUP's / STORE's / RETRIEVE's: a PING does not read it, whatever it holds.
+  const std::string ping = frame(1, "4", "PING", 2, [](auto& pk) {
+    pk.pack("keys");
+    pk.pack("not an array");
+    pk.pack("frobnicate");
+    pk.pack(1);
+  });
+  auto r = decode_request(as_bytes(ping), DecodeLimits{});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->op, Op::kPing);
+  EXPECT_TRUE(r->keys.empty());
+  // The common fields are checked before the operation's: an unknown op is unknown_op even
+  // with a malformed field beside it.
+  const std::string frob = frame(1, "4", "FROB", 1, [](auto& pk) {
+    pk.pack("keys");
+    pk.pack("not an array");
+  });
+  EXPECT_EQ(error_code(decode_request(as_bytes(frob), DecodeLimits{})), codes::kUnknownOp);
+}
+
+TEST(ProtocolCodec, TestHooksTravelByNameAndUnknownNamesAreInvalid) {
+  Request in = store_request();
+  in.hook = TestHook::kFailPartway;
+  auto out = decode_request(as_bytes(encode_request(in)), DecodeLimits{});
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(out->hook, TestHook::kFailPartway);
+  EXPECT_EQ(to_string(TestHook::kFailPartway), "fail_partway");
+  EXPECT_EQ(parse_test_hook("no_reply"), TestHook::kNoReply);
+  EXPECT_EQ(parse_test_hook(""), TestHook::kNone);
+  const auto hooked = [](std::string name) {
+    return frame(1, "1", "PING", 1, [name](auto& pk) { pk.pack("hook"), pk.pack(name); });
+  };
+  auto stall = decode_request(as_bytes(hooked("stall")), DecodeLimits{});
+  ASSERT_TRUE(stall) << stall.error().message;
+  EXPECT_EQ(stall->hook, TestHook::kStall);
+  EXPECT_EQ(error_code(decode_request(as_bytes(hooked("frob")), DecodeLimits{})),
+            codes::kInvalidArgument);
+}
+
 TEST(ProtocolCodec, ReplyRoundTripBoundsTheMessage) {
   Reply in = Reply::error(9, codes::kInternal, std::string(1000, 'x'));
   auto out = decode_reply(as_bytes(encode_reply(in)));

@@ -53,8 +53,8 @@ class TransferRig {
     host_memory = static_cast<std::byte*>(
         std::aligned_alloc(4096, (slot_bytes * options.num_slots + 4095) / 4096 * 4096));
     std::memset(host_memory, 0, slot_bytes * options.num_slots);
-    slots = HostSlots{fault.register_host(host_memory, slot_bytes * options.num_slots),
-                      slot_bytes, options.num_slots};
+    slots = HostSlots{fault.register_host(host_memory, slot_bytes * options.num_slots), slot_bytes,
+                      options.num_slots};
     compute = fault.create_stream();
     engine = std::make_unique<TransferEngine>(fault, layout, caches, slots, compute,
                                               options.transfer, clock);
@@ -76,7 +76,8 @@ class TransferRig {
       return reinterpret_cast<std::byte*>(caches.groups[0].bases[layer] +
                                           uint64_t{block} * g.layer_block_bytes());
     }
-    return reinterpret_cast<std::byte*>(caches.groups[0].bases[0] + uint64_t{block} * g.block_bytes());
+    return reinterpret_cast<std::byte*>(caches.groups[0].bases[0] +
+                                        uint64_t{block} * g.block_bytes());
   }
   size_t piece_bytes() const {
     return layout.device_layout == DeviceLayout::kPerLayer ? group().layer_block_bytes()

@@ -39,8 +39,10 @@ TEST(CopyDescriptors, PerLayerConsecutiveBlocksCoalesceToOneDescriptorPerLayer) 
   const KvLayout layout = small_layout(DeviceLayout::kPerLayer);
   const Addresses a(layout);
   const auto chunks = {chunk({10, 11, 12, 13}, 2)};
-  const auto merged = build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, chunks, true);
-  const auto plain = build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, chunks, false);
+  const auto merged =
+      build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, chunks, true);
+  const auto plain =
+      build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, chunks, false);
   const KvGroup& g = layout.groups[0];
   ASSERT_EQ(merged.size(), g.layers);
   EXPECT_EQ(plain.size(), g.layers * g.blocks_per_chunk);
@@ -48,8 +50,8 @@ TEST(CopyDescriptors, PerLayerConsecutiveBlocksCoalesceToOneDescriptorPerLayer) 
   EXPECT_EQ(total_bytes(plain), g.chunk_bytes());
   // Layer 1 of block 10 goes to the second layer's region of slot 2.
   EXPECT_EQ(merged[1].src, 0x200000 + 10 * g.layer_block_bytes());
-  EXPECT_EQ(merged[1].dst, a.slots.base + 2 * a.slots.slot_bytes +
-                               g.blocks_per_chunk * g.layer_block_bytes());
+  EXPECT_EQ(merged[1].dst,
+            a.slots.base + 2 * a.slots.slot_bytes + g.blocks_per_chunk * g.layer_block_bytes());
 }
 
 TEST(CopyDescriptors, PartialChunkLoadCopiesOnlyTheBlocksFromFirstBlock) {
@@ -58,16 +60,21 @@ TEST(CopyDescriptors, PartialChunkLoadCopiesOnlyTheBlocksFromFirstBlock) {
     const Addresses a(layout);
     const KvGroup& g = layout.groups[0];
     // The chunk's blocks 0 and 1 are on the device already; blocks 2 and 3 land in 30 and 31.
-    const auto chunks = {ChunkTransfer{.group = 0, .blocks = {30, 31}, .slot = 1, .first_block = 2}};
-    const auto d = build_copy_descriptors(layout, a.caches, a.slots, Direction::kLoad, chunks, false);
+    const auto chunks = {
+        ChunkTransfer{.group = 0, .blocks = {30, 31}, .slot = 1, .first_block = 2}};
+    const auto d =
+        build_copy_descriptors(layout, a.caches, a.slots, Direction::kLoad, chunks, false);
     const uint32_t pieces = device_layout == DeviceLayout::kPerLayer ? g.layers : 1;
     ASSERT_EQ(d.size(), 2u * pieces);
     EXPECT_EQ(total_bytes(d), g.chunk_bytes() / 2);
-    const uint64_t piece = device_layout == DeviceLayout::kPerLayer ? g.layer_block_bytes() : g.block_bytes();
-    EXPECT_EQ(d[0].src, a.slots.base + a.slots.slot_bytes + 2 * piece) << "slot position of block 2";
+    const uint64_t piece =
+        device_layout == DeviceLayout::kPerLayer ? g.layer_block_bytes() : g.block_bytes();
+    EXPECT_EQ(d[0].src, a.slots.base + a.slots.slot_bytes + 2 * piece)
+        << "slot position of block 2";
     EXPECT_EQ(d[0].dst, a.caches.groups[0].bases[0] + 30 * piece);
     // A block count that does not match first_block is a bug (F2).
-    const auto wrong = {ChunkTransfer{.group = 0, .blocks = {30, 31, 32}, .slot = 1, .first_block = 2}};
+    const auto wrong = {
+        ChunkTransfer{.group = 0, .blocks = {30, 31, 32}, .slot = 1, .first_block = 2}};
     EXPECT_THROW(build_copy_descriptors(layout, a.caches, a.slots, Direction::kLoad, wrong, false),
                  std::invalid_argument);
   }
@@ -77,8 +84,10 @@ TEST(CopyDescriptors, GapsSplitRunsAndLoadSwapsSourceAndDestination) {
   const KvLayout layout = small_layout(DeviceLayout::kCrossLayer);
   const Addresses a(layout);
   const auto chunks = {chunk({4, 5, 9, 10}, 0)};
-  const auto store = build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, chunks, true);
-  const auto load = build_copy_descriptors(layout, a.caches, a.slots, Direction::kLoad, chunks, true);
+  const auto store =
+      build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, chunks, true);
+  const auto load =
+      build_copy_descriptors(layout, a.caches, a.slots, Direction::kLoad, chunks, true);
   ASSERT_EQ(store.size(), 2u);
   ASSERT_EQ(load.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {

@@ -19,7 +19,9 @@ using testing::is_zero;
 using testing::RigOptions;
 using testing::TransferRig;
 
-FaultPlan rule(FaultRule r) { return FaultPlan::rules({r}); }
+FaultPlan rule(FaultRule r) {
+  return FaultPlan::rules({r});
+}
 
 std::vector<ChunkTransfer> one_chunk(const TransferRig& rig, uint32_t first_block, uint32_t slot) {
   return {rig.chunk(first_block, slot)};
@@ -73,11 +75,10 @@ TEST(TransferContract, F1_FaultWhileWaitedForIsReportedByPollNotRaised) {
 
 TEST(TransferContract, F1_RandomizedFaultsEveryJobGetsExactlyOneOutcome) {
   TransferRig rig(RigOptions{.transfer = {.max_batch_descriptors = 4, .coalesce = false},
-                             .plan = FaultPlan::random(7, RandomFaultRates{
-                                                              .submit_failure = 0.1,
-                                                              .latched_error = 0.1,
-                                                              .record_failure = 0.002,
-                                                              .delay = 0.1})});
+                             .plan = FaultPlan::random(7, RandomFaultRates{.submit_failure = 0.1,
+                                                                           .latched_error = 0.1,
+                                                                           .record_failure = 0.002,
+                                                                           .delay = 0.1})});
   std::multiset<JobId> reported;
   JobId next = 1;
   for (int round = 0; round < 60; ++round) {
@@ -117,12 +118,13 @@ TEST(TransferContract, F5_PartialBatchFailureIsReportedOnlyAfterEnqueuedCopiesFi
   // second call fails at its descriptor 5 after enqueueing 5, all of them held on a gate.
   constexpr size_t kCap = 8;
   constexpr size_t kFailAt = 5;
-  TransferRig rig(RigOptions{.transfer = {.max_batch_descriptors = kCap, .coalesce = false},
-                             .plan = FaultPlan::rules({{.call = 0, .hang = true},
-                                                       {.call = 1, .fail_at = kFailAt}})});
+  TransferRig rig(RigOptions{
+      .transfer = {.max_batch_descriptors = kCap, .coalesce = false},
+      .plan = FaultPlan::rules({{.call = 0, .hang = true}, {.call = 1, .fail_at = kFailAt}})});
   const uint32_t bpc = rig.group().blocks_per_chunk;
   for (uint32_t b = 0; b < 3 * bpc; ++b) rig.write_block(b, 50 + b);
-  const std::vector<ChunkTransfer> chunks{rig.chunk(0, 0), rig.chunk(bpc, 1), rig.chunk(2 * bpc, 2)};
+  const std::vector<ChunkTransfer> chunks{rig.chunk(0, 0), rig.chunk(bpc, 1),
+                                          rig.chunk(2 * bpc, 2)};
   rig.engine->submit(1, Direction::kStore, chunks);
   const StreamHandle faulted = rig.fault.faulted_streams().at(0);
 
@@ -167,9 +169,9 @@ TEST(TransferContract, F5_PartialBatchFailureIsReportedOnlyAfterEnqueuedCopiesFi
 TEST(TransferContract, F5_ResultsAreReportedInSubmissionOrderPerDirection) {
   // Job 1 hangs; job 2 fails before enqueueing anything and cannot even record its end
   // marker, so its result is known at submit. It must still wait for job 1.
-  TransferRig rig(RigOptions{.plan = FaultPlan::rules(
-                                 {{.call = 0, .hang = true},
-                                  {.call = 1, .fail_at = 0, .record_fails = true}})});
+  TransferRig rig(
+      RigOptions{.plan = FaultPlan::rules({{.call = 0, .hang = true},
+                                           {.call = 1, .fail_at = 0, .record_fails = true}})});
   rig.engine->submit(1, Direction::kStore, one_chunk(rig, 0, 0));
   rig.engine->submit(2, Direction::kStore, one_chunk(rig, 4, 1));
   rig.host.quiesce();
@@ -212,9 +214,9 @@ TEST(TransferContract, F5_TransfersOfOneDirectionRunInSubmissionOrder) {
 TEST(TransferContract, F5_OrderHoldsWhenTheNewestTransferHasNoEndMarker) {
   // Job 1 is held on lane A. Job 2 enqueues nothing and cannot record its end marker (Failed,
   // lane A faulted). Job 3 goes on a new lane and must still wait for job 1's copies.
-  TransferRig rig(RigOptions{.plan = FaultPlan::rules(
-                                 {{.call = 0, .hang = true},
-                                  {.call = 1, .fail_at = 0, .record_fails = true}})});
+  TransferRig rig(
+      RigOptions{.plan = FaultPlan::rules({{.call = 0, .hang = true},
+                                           {.call = 1, .fail_at = 0, .record_fails = true}})});
   for (uint32_t j = 0; j < 4; ++j) {
     rig.write_block(j, 10 + j);
     rig.write_block(4 + j, 20 + j);
@@ -423,11 +425,12 @@ TEST(TransferContract, F10_LoadLandsAfterEarlierWritesToItsBlocks) {
 // ---- F12: resources conserved after every kind of fault.
 
 TEST(TransferContract, F12_ResourcesAreConservedAfterFaultsOfEveryKind) {
-  TransferRig rig(RigOptions{.transfer = {.query_fault_limit = 3},
-                             .plan = FaultPlan::rules({{.call = 0, .fail_at = 2},
-                                                       {.call = 1, .latched_errors = 1},
-                                                       {.call = 2, .delay = std::chrono::microseconds(100)},
-                                                       {.call = 4, .record_fails = true}})});
+  TransferRig rig(
+      RigOptions{.transfer = {.query_fault_limit = 3},
+                 .plan = FaultPlan::rules({{.call = 0, .fail_at = 2},
+                                           {.call = 1, .latched_errors = 1},
+                                           {.call = 2, .delay = std::chrono::microseconds(100)},
+                                           {.call = 4, .record_fails = true}})});
   for (JobId j = 1; j <= 6; ++j) {
     rig.engine->submit(j, Direction::kLoad, one_chunk(rig, 4 * (j % 4), j));
   }

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kvtier/core/counter_kind.h"
+
 namespace kvtier {
 
 struct CacheCounters {
@@ -28,5 +30,28 @@ struct CacheCounters {
   uint64_t loads = 0;               // keys pinned by prepare_load
   uint64_t loads_quarantined = 0;   // keys whose load was Unprovable
 };
+
+// f(name, value, kind) for every field (counter_kind.h): the slot states and quarantined_bytes
+// are gauges, the totals counters.
+template <class F>
+void visit_counters(const CacheCounters& c, F&& f) {
+  using enum CounterKind;
+  f("slots_free", uint64_t{c.slots_free}, kGauge);
+  f("slots_pending", uint64_t{c.slots_pending}, kGauge);
+  f("slots_ready", uint64_t{c.slots_ready}, kGauge);
+  f("slots_quarantined", uint64_t{c.slots_quarantined}, kGauge);
+  f("slots_pinned", uint64_t{c.slots_pinned}, kGauge);
+  f("quarantined_bytes", c.quarantined_bytes, kGauge);
+  f("hits", c.hits, kCounter);
+  f("misses", c.misses, kCounter);
+  f("pending_lookups", c.pending_lookups, kCounter);
+  f("evictions", c.evictions, kCounter);
+  f("stores_succeeded", c.stores_succeeded, kCounter);
+  f("stores_failed", c.stores_failed, kCounter);
+  f("stores_rejected", c.stores_rejected, kCounter);
+  f("stores_quarantined", c.stores_quarantined, kCounter);
+  f("loads", c.loads, kCounter);
+  f("loads_quarantined", c.loads_quarantined, kCounter);
+}
 
 }  // namespace kvtier

@@ -50,6 +50,7 @@
 #include "kvtier/cache/host_pool.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/config.h"
+#include "kvtier/core/counter_kind.h"
 #include "kvtier/tier/health_checked_tier.h"
 
 namespace kvtier {
@@ -85,6 +86,21 @@ struct TierMoverCounters {
   uint64_t prefetch_succeeded = 0;
   uint64_t prefetch_failed = 0;  // keys freed unpublished (F3)
 };
+
+// f(name, value, kind) for every field (counter_kind.h); all are counters.
+template <class F>
+void visit_counters(const TierMoverCounters& c, F&& f) {
+  using enum CounterKind;
+  f("writes_enqueued", c.writes_enqueued, kCounter);
+  f("writes_dropped", c.writes_dropped, kCounter);
+  f("writes_missed", c.writes_missed, kCounter);
+  f("chunks_demoted", c.chunks_demoted, kCounter);
+  f("demote_failures", c.demote_failures, kCounter);
+  f("prefetch_rejected", c.prefetch_rejected, kCounter);
+  f("prefetch_keys", c.prefetch_keys, kCounter);
+  f("prefetch_succeeded", c.prefetch_succeeded, kCounter);
+  f("prefetch_failed", c.prefetch_failed, kCounter);
+}
 
 class TierMover {
  public:

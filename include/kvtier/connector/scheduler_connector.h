@@ -1,6 +1,8 @@
 // SchedulerConnector: the scheduler side of the engine contract. It drives the host cache's
-// index (a CacheManager in-process, or any CacheIndex, e.g. kvtierd's), decides per step which chunks every rank loads and stores, and turns
-// the ranks' per-job verdicts into published stores, recomputed loads and released leases.
+// index (a CacheManager in-process, or any CacheIndex, e.g. kvtierd's RemoteCacheIndex), decides
+// per step which chunks every rank loads and stores, and turns the ranks' per-job verdicts into
+// published stores, recomputed loads and released leases. ConnectorFactory
+// (connector_factory.h) builds it over the index the config asks for.
 //
 // Each step the engine's scheduler calls, in order:
 //   get_num_new_matched_tokens(request, num_computed)  for a request it considers scheduling
@@ -49,8 +51,8 @@ namespace kvtier {
 
 struct SchedulerOptions {
   uint32_t world_size = 1;
-  KvLayout layout;          // what one rank holds; every rank holds the same shape
-  std::string model;        // part of every key's namespace
+  KvLayout layout;            // what one rank holds; every rank holds the same shape
+  std::string model;          // part of every key's namespace
   bool store_decode = false;  // store chunks of generated tokens too, not only the prompt
   // A chunk is stored only once this many lookups (by any request) asked for it; 1 stores
   // everything a request computes.
@@ -110,7 +112,7 @@ struct ConnectorCounters {
   uint64_t stores_failed = 0;
   uint64_t jobs_unprovable = 0;
   uint64_t jobs_timed_out = 0;
-  uint64_t stale_acks = 0;  // acks for jobs not in flight, ignored (F9)
+  uint64_t stale_acks = 0;      // acks for jobs not in flight, ignored (F9)
   uint64_t stores_skipped = 0;  // no room in the host pool
   uint64_t flushes = 0;         // store jobs put in a flush set (F10)
   uint64_t loaded_tokens = 0;
@@ -120,7 +122,7 @@ struct ConnectorCounters {
 
 class SchedulerConnector {
  public:
-  // The in-process host cache.
+  // The in-process host cache; its slots must hold a chunk (std::invalid_argument).
   SchedulerConnector(SchedulerOptions options, CacheManager& cache,
                      const Clock& clock = SteadyClock::instance());
   // Any index; `index` outlives the connector.
@@ -158,13 +160,16 @@ class SchedulerConnector {
   void request_preempted(const RequestId& request);
 
   // Drops every readable unpinned chunk. Stores in flight are not published when they end.
-  void reset_cache();
+  // An index that cannot drop its chunks (kvtierd's) returns its error and nothing changes.
+  Status reset_cache();
 
   std::vector<CacheEvent> take_events() { return cache_.take_events(); }
+  // H7: the index's reason it is degraded (kvtierd unreachable, a tier down), or nullopt.
+  std::optional<std::string> degraded() const { return cache_.degraded(); }
   bool fail_stopped() const { return !fail_stop_reason_.empty(); }
   const std::string& fail_stop_reason() const { return fail_stop_reason_; }
   ConnectorCounters counters() const;
-  // F12 at quiescence: no job in flight, no key being loaded, and the cache manager's audit.
+  // F12 at quiescence: no job in flight, no key being loaded, and the index's audit.
   Status audit() const;
 
  private:
@@ -195,8 +200,8 @@ class SchedulerConnector {
   std::vector<TransferJob> pending_loads_;      // created since the last step
   std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> being_loaded_;
   std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> lookups_seen_;  // store_threshold
-  std::vector<JobId> pending_flush_;            // F10, found by update_state_after_alloc
-  std::vector<LoadFinished> resumed_;           // loads that could not start
+  std::vector<JobId> pending_flush_;   // F10, found by update_state_after_alloc
+  std::vector<LoadFinished> resumed_;  // loads that could not start
   // Per group, per device block: the newest store job in flight reading it, or 0 (F10).
   std::vector<std::vector<JobId>> store_reading_;
   std::string fail_stop_reason_;

@@ -1,80 +1,61 @@
-// WorkerConnector: the worker side of the engine contract, one per rank. It runs the jobs the
-// scheduler side put in each step's metadata on this rank's TransferEngine and reports their
-// verdicts.
+// WorkerConnector: the worker side of the engine contract, one per tensor-parallel rank. It runs
+// the jobs the scheduler side put in each step's metadata and reports their verdicts. Two
+// implement it: LocalWorkerConnector (local_worker_connector.h: the rank's TransferEngine and
+// its share of an in-process host pool) and RemoteWorkerConnector (remote_worker_connector.h:
+// kvtierd copies through the rank's shared KV memory). ConnectorFactory (connector_factory.h)
+// builds the one the config asks for, with the rank's KV caches.
 //
 // Each step the rank's worker loop calls, in order:
-//   start_load(metadata)   before it enqueues the forward pass: submits the stores queued last
-//                          step, fences the flush set (F10), submits this step's loads
-//   queue_stores(metadata) after it enqueued the forward pass: this step's stores are submitted
-//                          at the next start_load, so they never delay sampling
+//   start_load(metadata)   before it enqueues the forward pass: stores from earlier steps that
+//                          are not sent yet go, the flush set is fenced (F10), loads start
+//   queue_stores(metadata) after it enqueued the forward pass: this step's stores, which read
+//                          what that pass writes; each implementation says when they are sent
 //   take_output()          the verdicts decided so far, the blocks of failed loads, fail-stop
 //
 // Contract:
-// - Every job handed to this rank gets exactly one verdict (F1), the TransferEngine's outcome.
+// - Every job handed to this rank gets exactly one verdict (F1).
 // - A failed load's destination blocks are reported in the same output as its verdict, or
 //   earlier (F4), per group.
-// - flush: the forward pass enqueued after it cannot write a block before every store in the
-//   flush set finished reading it (F10); a store that cannot be fenced makes this rank
+// - flush: the forward pass enqueued after start_load cannot write a block before every store
+//   in the flush set finished reading it (F10); a store that cannot be fenced makes this rank
 //   fail-stop (F7).
+// - A load's blocks hold its bytes before the forward pass that reads them: the engine computes
+//   a loading request only after the load's verdict was reported.
 // - An Unprovable outcome sets fail_stop in every later output (F7).
+// - Copies may still use the KV caches (and a local host pool) until the device drained:
+//   destroy the connector only after that (the rank's device quiesced).
 //
 // Not thread-safe: the rank's worker loop calls it.
 #pragma once
 
-#include <memory>
-#include <span>
-#include <string>
-#include <unordered_map>
-#include <vector>
+#include <cstddef>
+#include <cstdint>
 
 #include "kvtier/connector/step_metadata.h"
-#include "kvtier/transfer/transfer_engine.h"
+#include "kvtier/core/status.h"
+#include "kvtier/transfer/copy_descriptors.h"
 
 namespace kvtier {
 
 class WorkerConnector {
  public:
-  explicit WorkerConnector(uint32_t rank) : rank_(rank) {}
+  virtual ~WorkerConnector() = default;
 
-  uint32_t rank() const { return rank_; }
+  virtual uint32_t rank() const = 0;
+  // The rank's KV caches, every group in the layout's device layout: the forward pass reads and
+  // writes its KV there, the connector's copies read and write the same blocks.
+  virtual const KvCacheAddresses& kv_caches() const = 0;
 
-  // Where this rank's KV caches and its share of the host pool live; `compute_stream` is where
-  // its forward pass writes KV. Builds the rank's TransferEngine; once only.
-  void register_kv_caches(Device& device, const KvLayout& layout, const KvCacheAddresses& caches,
-                          const HostSlots& slots, StreamHandle compute_stream,
-                          TransferOptions options, const Clock& clock = SteadyClock::instance());
+  virtual void start_load(const StepMetadata& metadata) = 0;
+  virtual void queue_stores(const StepMetadata& metadata) = 0;
+  virtual WorkerOutput take_output() = 0;
 
-  void start_load(const StepMetadata& metadata);
-  void queue_stores(const StepMetadata& metadata);
-  // Submits queued stores, then fences the compute stream behind `jobs` (F10).
-  void flush(std::span<const JobId> jobs);
-
-  // Verdicts decided since the last call.
-  std::vector<JobVerdict> get_finished();
-  // Destination blocks of loads that failed since the last call, per group (F4).
-  GroupBlocks get_invalid_blocks();
-  // get_finished() and get_invalid_blocks() together, with the fail-stop state.
-  WorkerOutput take_output();
-
-  bool fail_stopped() const { return !fail_stop_reason_.empty(); }
-  // Jobs handed to this rank without a verdict yet (queued stores included).
-  size_t in_flight() const;
-  // F12 at quiescence: the TransferEngine's audit.
-  Status audit() const;
-  const TransferEngine& engine() const { return *engine_; }
-
- private:
-  void submit(const TransferJob& job, Direction direction);
-  void collect();
-
-  uint32_t rank_;
-  size_t groups_ = 0;
-  std::unique_ptr<TransferEngine> engine_;
-  std::vector<TransferJob> queued_stores_;
-  std::unordered_map<JobId, GroupBlocks> load_blocks_;  // loads in flight: their blocks
-  std::vector<JobVerdict> finished_;
-  GroupBlocks invalid_;
-  std::string fail_stop_reason_;
+  virtual bool fail_stopped() const = 0;
+  // Jobs handed to this rank without a verdict yet (stores not sent yet included).
+  virtual size_t in_flight() const = 0;
+  // F12 at quiescence (no job in flight): nothing of a job outlives its verdict, and the
+  // copy engine behind the rank agrees; an error describes the first violation found.
+  virtual Status audit() const = 0;
 };
 
 }  // namespace kvtier

@@ -22,7 +22,9 @@ struct ChunkKey {
 };
 
 struct ChunkKeyHash {
-  size_t operator()(const ChunkKey& k) const noexcept { return k.lo ^ (k.hi * 0x9e3779b97f4a7c15ULL); }
+  size_t operator()(const ChunkKey& k) const noexcept {
+    return k.lo ^ (k.hi * 0x9e3779b97f4a7c15ULL);
+  }
 };
 
 // Everything besides the tokens that must differ for two chunks to hold different KV.

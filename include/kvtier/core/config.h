@@ -37,11 +37,20 @@ struct TransferConfig {
   bool operator==(const TransferConfig&) const = default;
 };
 
+// cache.mode: where offloaded chunks live. The text is the value's name ("local", "server").
+enum class CacheMode {
+  kLocal,   // "local": an in-process host pool
+  kServer,  // "server": kvtierd, the cache server at server.endpoint
+};
+std::string_view to_string(CacheMode mode);
+// kInvalidArgument listing the names for any other text.
+Result<CacheMode> parse_cache_mode(std::string_view name);
+
 struct CacheConfig {
   uint64_t host_bytes = uint64_t{1} << 30;
   std::string eviction = "lru";  // a name make_eviction_policy() accepts: "lru" | "arc"
   std::string shm_name;          // empty: anonymous memory
-  std::string mode = "local";    // "local": in-process host pool | "server": kvtierd
+  CacheMode mode = CacheMode::kLocal;
 
   bool operator==(const CacheConfig&) const = default;
 };
@@ -82,12 +91,22 @@ struct EngineConfig {
   uint32_t max_running_requests = 64;
   uint32_t max_tokens = 64;  // default completion length
   double heartbeat_interval_s = 0.1;
-  double stall_timeout_s = 5.0;  // H6
+  double stall_timeout_s = 5.0;      // H6
   double progress_timeout_s = 30.0;  // H8
   double request_timeout_s = 600.0;  // a request's whole life, from its arrival
 
   bool operator==(const EngineConfig&) const = default;
 };
+
+// faults.direction: which copies draw injected faults ("both", "load", "store").
+enum class FaultDirection {
+  kBoth,
+  kLoad,   // host to device
+  kStore,  // device to host
+};
+std::string_view to_string(FaultDirection direction);
+// kInvalidArgument listing the names for any other text.
+Result<FaultDirection> parse_fault_direction(std::string_view name);
 
 // Device faults the engine's workers inject into their own copies (tests and demos).
 struct FaultsConfig {
@@ -96,7 +115,7 @@ struct FaultsConfig {
   double latched_error_rate = 0;
   double delay_rate = 0;
   double record_failure_rate = 0;  // Unprovable: the engine fail-stops (F7, H4)
-  std::string direction = "both";  // "both" | "load" | "store": which copies draw faults
+  FaultDirection direction = FaultDirection::kBoth;
   // Test hook (H8): the scheduler stops computing a request once it has produced a token.
   bool stall_scheduler = false;
 
@@ -122,7 +141,8 @@ struct TiersConfig {
 
 // kvtierd (the cache server) and its clients.
 struct ServerConfig {
-  std::string endpoint = "ipc:///tmp/kvtierd.sock";  // a ZeroMQ endpoint: tcp://host:port, ipc://path
+  std::string endpoint =
+      "ipc:///tmp/kvtierd.sock";      // a ZeroMQ endpoint: tcp://host:port, ipc://path
   double heartbeat_interval_s = 1.0;  // client PING period; a dead server is seen within two
   double client_timeout_s = 10.0;     // server: a client silent this long is gone (>= 3 heartbeats)
   double request_timeout_s = 5.0;     // client: deadline of a non-transfer request

@@ -10,14 +10,15 @@
 namespace kvtier {
 
 enum class ErrorCode {
-  kInvalidArgument,    // bad input: config, CLI, request
-  kNotFound,           // a key, slot or job that is not there
-  kResourceExhausted,  // no room (pool full, limit reached)
-  kFailedPrecondition, // the call is not allowed in the current state
-  kDeviceFault,        // a device reported a fault (soft: degrades the cache)
-  kDeadlineExceeded,   // a deadline passed
-  kUnavailable,        // a tier or server cannot be reached
-  kInternal,           // should not happen; carries context for a bug report
+  kInvalidArgument,     // bad input: config, CLI, request
+  kNotFound,            // a key, slot or job that is not there
+  kResourceExhausted,   // no room (pool full, limit reached)
+  kFailedPrecondition,  // the call is not allowed in the current state
+  kDeviceFault,         // a device reported a fault (soft: degrades the cache)
+  kDeadlineExceeded,    // a deadline passed
+  kUnavailable,         // a tier or server cannot be reached
+  kUnimplemented,       // this implementation of an interface does not offer the operation
+  kInternal,            // should not happen; carries context for a bug report
 };
 
 std::string_view to_string(ErrorCode code);

@@ -75,8 +75,8 @@ class HostDevice final : public Device {
   void run_stream(Stream* stream);
   Stream& stream_locked(StreamHandle h);
   Event& event_locked(EventHandle h);
-  void enqueue(StreamHandle stream, Op op);      // requires mu_
-  void wake_waiters(uint32_t event);             // requires mu_
+  void enqueue(StreamHandle stream, Op op);  // requires mu_
+  void wake_waiters(uint32_t event);         // requires mu_
 
   const size_t max_descriptors_per_call_;
   mutable std::mutex mu_;

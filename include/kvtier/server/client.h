@@ -90,14 +90,15 @@ class CacheClient {
 
   // `lock_for` > 0 read-locks the hits that long (capped by the server's lock_ttl_s).
   std::future<Result<LookupReply>> lookup(std::vector<ChunkKey> keys, Duration lock_for = {});
-  // keys[i] goes to / comes from device blocks blocks[i] of `group`. `hook` is for tests.
+  // keys[i] goes to / comes from device blocks blocks[i] of `group`. `hook` (here and in
+  // release) is for tests.
   std::future<TransferResult> store(JobId job, uint32_t group, std::vector<ChunkKey> keys,
                                     std::vector<std::vector<uint32_t>> blocks,
-                                    std::string hook = {});
+                                    TestHook hook = TestHook::kNone);
   std::future<TransferResult> retrieve(JobId job, uint32_t group, std::vector<ChunkKey> keys,
                                        std::vector<std::vector<uint32_t>> blocks, uint64_t lock = 0,
-                                       std::string hook = {});
-  std::future<Status> release(uint64_t lock);
+                                       TestHook hook = TestHook::kNone);
+  std::future<Status> release(uint64_t lock, TestHook hook = TestHook::kNone);
   // Ends the registration (the server drops this client's locks and mapping) and stops
   // registering again: the client stays DEGRADED ("unregistered") until destroyed. Fails with
   // "busy" while transfers are in flight.

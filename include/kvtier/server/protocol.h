@@ -48,6 +48,22 @@ enum class Op {
 std::string_view to_string(Op op);
 std::optional<Op> parse_op(std::string_view name);
 
+// Test hooks: a request's optional "hook" field, honoured only by a server started with
+// --test-hooks. On the wire it is the hook's name; kNone is no field.
+enum class TestHook {
+  kNone,
+  kThrow,        // "throw": the handler raises (an "internal" reply)
+  kStall,        // "stall": the handler takes 2 s (the socket loop keeps serving)
+  kNoReply,      // "no_reply": no reply at all (breaks F11 on purpose, for client deadlines)
+  kHangCopies,   // "hang_copies": the transfer's copies hang until the process ends
+  kFailCopies,   // "fail_copies": a device fault before any copy (transfer_failed)
+  kFailPartway,  // "fail_partway": a fault after the first copy, which hangs (unprovable)
+};
+
+std::string_view to_string(TestHook hook);  // "" for kNone
+// kNone for "", nullopt for a name that is not a hook.
+std::optional<TestHook> parse_test_hook(std::string_view name);
+
 // Error codes of error replies ("code"), as strings on the wire.
 namespace codes {
 inline constexpr std::string_view kMalformed = "malformed";  // not a valid request frame
@@ -82,7 +98,7 @@ struct SharedKvMemory {
 struct Request {
   uint64_t id = 0;
   Op op = Op::kPing;
-  std::string hook;  // test hooks; honoured only by a server started with --test-hooks
+  TestHook hook = TestHook::kNone;  // honoured only by a server started with --test-hooks
   // REGISTER
   uint32_t rank = 0;
   KvLayout layout;

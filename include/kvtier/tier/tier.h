@@ -29,6 +29,7 @@
 
 #include "kvtier/core/chunk_key.h"
 #include "kvtier/core/clock.h"
+#include "kvtier/core/counter_kind.h"
 #include "kvtier/core/status.h"
 
 namespace kvtier {
@@ -52,6 +53,20 @@ struct TierCounters {
   uint64_t bytes_written = 0;   // payload bytes of chunks_written
   uint64_t skipped_calls = 0;   // calls not made because the tier was DOWN (health wrapper only)
 };
+
+// f(name, value, kind) for every field (counter_kind.h); all are counters.
+template <class F>
+void visit_counters(const TierCounters& c, F&& f) {
+  using enum CounterKind;
+  f("hits", c.hits, kCounter);
+  f("misses", c.misses, kCounter);
+  f("corrupt", c.corrupt, kCounter);
+  f("errors", c.errors, kCounter);
+  f("chunks_written", c.chunks_written, kCounter);
+  f("bytes_read", c.bytes_read, kCounter);
+  f("bytes_written", c.bytes_written, kCounter);
+  f("skipped_calls", c.skipped_calls, kCounter);
+}
 
 class Tier {
  public:

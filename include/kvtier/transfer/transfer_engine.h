@@ -123,8 +123,8 @@ class TransferEngine {
   ResourcePool<StreamHandle> streams_;
   ResourcePool<EventHandle> events_;
   ResourcePool<DescriptorBuffer> buffers_;
-  std::deque<Transfer> fifo_[2];  // indexed by Direction
-  std::shared_ptr<Lane> lanes_[2];  // the stream new transfers of a direction go on
+  std::deque<Transfer> fifo_[2];       // indexed by Direction
+  std::shared_ptr<Lane> lanes_[2];     // the stream new transfers of a direction go on
   bool closed_[2] = {false, false};    // new submissions fail before enqueueing anything
   bool poisoned_[2] = {false, false};  // in-flight transfers not yet decided are Unprovable
   bool fail_stopped_ = false;

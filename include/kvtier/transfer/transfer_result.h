@@ -28,9 +28,9 @@ struct TransferResult {
   JobId job = 0;
   Direction direction = Direction::kStore;
   Outcome outcome = Outcome::kCompleted;
-  uint64_t bytes = 0;        // bytes the job was to move
-  size_t descriptors = 0;    // descriptors it was to submit
-  std::string error;         // empty when Completed
+  uint64_t bytes = 0;      // bytes the job was to move
+  size_t descriptors = 0;  // descriptors it was to submit
+  std::string error;       // empty when Completed
 };
 
 }  // namespace kvtier

@@ -10,7 +10,9 @@ namespace kvtier {
 FaultInjectingDevice::FaultInjectingDevice(Device& inner, FaultPlan plan)
     : inner_(inner), plan_(std::move(plan)) {}
 
-FaultInjectingDevice::~FaultInjectingDevice() { release_hangs(); }
+FaultInjectingDevice::~FaultInjectingDevice() {
+  release_hangs();
+}
 
 void FaultInjectingDevice::set_plan(FaultPlan plan) {
   std::lock_guard lock(mu_);

@@ -32,7 +32,8 @@ FaultRule FaultPlan::draw(uint64_t call, size_t descriptors, CopyKind kind) {
   }
   drawn.record_fails = coin(rng_) < rates_->record_failure;
   if (coin(rng_) < rates_->delay) {
-    drawn.delay = Duration(std::uniform_int_distribution<int64_t>(0, rates_->max_delay.count())(rng_));
+    drawn.delay =
+        Duration(std::uniform_int_distribution<int64_t>(0, rates_->max_delay.count())(rng_));
   }
   drawn.hang = coin(rng_) < rates_->hang;
   return drawn;

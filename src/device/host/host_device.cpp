@@ -22,11 +22,11 @@ struct HostDevice::Op {
 struct HostDevice::Stream final : BlockedHook {
   HostDevice* device = nullptr;
   std::deque<Op> queue;
-  bool running = false;           // an op is being executed
-  bool blocked_on_gate = false;   // inside Gate::wait
-  const Op* waiting = nullptr;    // a kWait op being executed
+  bool running = false;          // an op is being executed
+  bool blocked_on_gate = false;  // inside Gate::wait
+  const Op* waiting = nullptr;   // a kWait op being executed
   bool stopping = false;
-  bool exited = false;  // the thread left run_stream: join() returns at once
+  bool exited = false;         // the thread left run_stream: join() returns at once
   std::condition_variable cv;  // this stream's thread waits here (no thundering herd)
   std::thread thread;
 
@@ -38,8 +38,8 @@ struct HostDevice::Stream final : BlockedHook {
 };
 
 struct HostDevice::Event {
-  uint64_t recorded = 0;            // generation of the most recent record()
-  std::set<uint64_t> pending;       // generations recorded and not yet reached by their stream
+  uint64_t recorded = 0;       // generation of the most recent record()
+  std::set<uint64_t> pending;  // generations recorded and not yet reached by their stream
   TimePoint completed_at{};
 
   bool done(uint64_t generation) const { return !pending.contains(generation); }
@@ -101,7 +101,8 @@ DeviceAddress HostDevice::register_host(void* ptr, size_t bytes) {
 }
 
 DeviceAddress HostDevice::adopt_device_memory(void* ptr, size_t bytes) {
-  if (!ptr || bytes == 0) throw std::invalid_argument("HostDevice::adopt_device_memory: empty range");
+  if (!ptr || bytes == 0)
+    throw std::invalid_argument("HostDevice::adopt_device_memory: empty range");
   std::lock_guard lock(mu_);
   const auto addr = reinterpret_cast<DeviceAddress>(ptr);
   ranges_.add(addr, bytes, AddressRanges::Kind::kDevice, "HostDevice::adopt_device_memory");

@@ -7,9 +7,10 @@
 #include <optional>
 #include <vector>
 
-#include "kvtier/engine/child_process.h"
+#include "kvtier/core/child_process.h"
 #include "kvtier/engine/engine_scheduler.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/heartbeat_counters.h"
 #include "kvtier/engine/progress_watchdog.h"
 #include "kvtier/engine/step_messages.h"
 #include "kvtier/engine/wire.h"
@@ -44,10 +45,10 @@ class EngineCore {
     workers_socket_.bind(core_endpoint(run_dir, core));
     const std::string exe = self_executable();
     for (uint32_t r = 0; r < shape_.world_size; ++r) {
-      workers_.push_back(Worker{
-          .process = ChildProcess::spawn({exe, "worker", std::to_string(core) + "/" + std::to_string(r),
-                                          "--run-dir", run_dir, "--config", config_path}),
-          .last_heard = Clock::now()});
+      workers_.push_back(Worker{.process = ChildProcess::spawn(
+                                    {exe, "worker", std::to_string(core) + "/" + std::to_string(r),
+                                     "--run-dir", run_dir, "--config", config_path}),
+                                .last_heard = Clock::now()});
     }
   }
 
@@ -55,7 +56,8 @@ class EngineCore {
     if (!wait_for_workers()) return stop(1);
     std::vector<pid_t> pids;
     for (const Worker& w : workers_) pids.push_back(w.process.pid());
-    send_message(frontend_, {{"t", "hello"}, {"core", core_}, {"pid", getpid()}, {"workers", pids}});
+    send_message(frontend_,
+                 {{"t", "hello"}, {"core", core_}, {"pid", getpid()}, {"workers", pids}});
     auto next_heartbeat = Clock::now();
     for (;;) {
       zmq::pollitem_t items[] = {{frontend_.handle(), 0, ZMQ_POLLIN, 0},
@@ -108,7 +110,8 @@ class EngineCore {
     size_t registered = 0;
     while (registered < workers_.size()) {
       if (Clock::now() > deadline) {
-        send_failed("workers did not register within " + std::to_string(kStartupTimeout.count()) + " s");
+        send_failed("workers did not register within " + std::to_string(kStartupTimeout.count()) +
+                    " s");
         return false;
       }
       if (const auto reason = check_workers()) {
@@ -165,7 +168,8 @@ class EngineCore {
     Worker& w = workers_[*rank];
     w.last_heard = Clock::now();
     const std::string type = msg.body["t"];
-    if (type == "fatal") return worker_name(*rank) + ": " + msg.body.value("message", std::string());
+    if (type == "fatal")
+      return worker_name(*rank) + ": " + msg.body.value("message", std::string());
     if (type != "done" || !step_in_flight_ || w.done) return std::nullopt;
     try {
       if (msg.body.at("step").get<uint64_t>() != step_) return std::nullopt;
@@ -199,11 +203,14 @@ class EngineCore {
     const StepPlan plan = scheduler_.plan_step();
     nlohmann::json batch = nlohmann::json::array();
     for (const BatchEntry& e : plan.batch) {
-      batch.push_back({{"start", e.start},
-                       {"tokens", e.tokens},
-                       {"tables", std::vector<std::vector<uint32_t>>(shape_.layout.groups.size(), e.table)}});
+      batch.push_back(
+          {{"start", e.start},
+           {"tokens", e.tokens},
+           {"tables", std::vector<std::vector<uint32_t>>(shape_.layout.groups.size(), e.table)}});
     }
-    const nlohmann::json msg = {{"t", "step"}, {"step", plan.step}, {"batch", std::move(batch)},
+    const nlohmann::json msg = {{"t", "step"},
+                                {"step", plan.step},
+                                {"batch", std::move(batch)},
                                 {"meta", to_json(plan.metadata)}};
     step_ = plan.step;
     for (uint32_t r = 0; r < workers_.size(); ++r) {
@@ -219,51 +226,37 @@ class EngineCore {
     step_in_flight_ = false;
     std::vector<WorkerOutput> outputs;
     for (Worker& w : workers_) outputs.push_back(std::move(*w.output));
-    for (const RequestUpdate& u : scheduler_.finish_step(workers_[0].tokens, outputs)) send_update(u);
+    for (const RequestUpdate& u : scheduler_.finish_step(workers_[0].tokens, outputs))
+      send_update(u);
     if (scheduler_.fail_stopped()) return "fail-stop (F7): " + scheduler_.fail_stop_reason();
     return std::nullopt;
   }
 
   void send_update(const RequestUpdate& u) {
     if (!u.error.empty()) {
-      send_message(frontend_, {{"t", "err"}, {"id", u.id}, {"message", u.error},
-                               {"status", u.rejected ? 400 : 503}});
+      send_message(
+          frontend_,
+          {{"t", "err"}, {"id", u.id}, {"message", u.error}, {"status", u.rejected ? 400 : 503}});
       return;
     }
-    send_message(frontend_, {{"t", "out"},
-                             {"id", u.id},
-                             {"tokens", u.new_tokens},
-                             {"done", u.done},
-                             {"finish_reason", u.done ? nlohmann::json(u.finish_reason) : nlohmann::json()},
-                             {"prompt_tokens", u.prompt_tokens},
-                             {"cached_tokens", u.cached_tokens}});
+    send_message(frontend_,
+                 {{"t", "out"},
+                  {"id", u.id},
+                  {"tokens", u.new_tokens},
+                  {"done", u.done},
+                  {"finish_reason", u.done ? nlohmann::json(u.finish_reason) : nlohmann::json()},
+                  {"prompt_tokens", u.prompt_tokens},
+                  {"cached_tokens", u.cached_tokens}});
   }
 
   void send_heartbeat() {
-    nlohmann::json counters;
-    const EngineCounters e = scheduler_.counters();
-    counters["requests_running"] = e.running;
-    counters["requests_waiting"] = e.waiting;
-    counters["steps_total"] = e.steps;
-    counters["device_prefix_hit_tokens_total"] = e.device_hit_tokens;
-    counters["kvtier_hit_tokens_total"] = e.kvtier_hit_tokens;
-    counters["recomputed_tokens_total"] = e.recomputed_tokens;
-    counters["preemptions_total"] = e.preemptions;
-    if (const auto c = scheduler_.connector_counters()) {
-      counters["kvtier_loads_completed_total"] = c->loads_completed;
-      counters["kvtier_loads_failed_total"] = c->loads_failed;
-      counters["kvtier_stores_completed_total"] = c->stores_completed;
-      counters["kvtier_stores_failed_total"] = c->stores_failed;
-      counters["kvtier_jobs_unprovable_total"] = c->jobs_unprovable;
-      counters["kvtier_jobs_in_flight"] = c->jobs_in_flight;
-    }
-    if (const auto c = scheduler_.cache_counters()) {
-      counters["kvtier_host_slots_ready"] = c->slots_ready;
-      counters["kvtier_host_slots_free"] = c->slots_free;
-      counters["kvtier_quarantined_bytes"] = c->quarantined_bytes;
-    }
-    send_message(frontend_, {{"t", "hb"}, {"core", core_}, {"degraded", scheduler_.degraded()},
-                             {"counters", std::move(counters)}});
+    HeartbeatCounters c = heartbeat_counters(scheduler_.counters(), scheduler_.connector_counters(),
+                                             scheduler_.cache_counters());
+    send_message(frontend_, {{"t", "hb"},
+                             {"core", core_},
+                             {"degraded", scheduler_.degraded()},
+                             {"counters", std::move(c.values)},
+                             {"kinds", std::move(c.kinds)}});
   }
 
   void send_failed(const std::string& reason) {
@@ -274,8 +267,8 @@ class EngineCore {
   int fail(const std::string& reason) {
     std::cerr << "engine-core " << core_ << ": failed: " << reason << "\n";
     send_failed(reason);
-    for (const RequestUpdate& u : scheduler_.fail_all("engine core " + std::to_string(core_) +
-                                                      " failed: " + reason)) {
+    for (const RequestUpdate& u :
+         scheduler_.fail_all("engine core " + std::to_string(core_) + " failed: " + reason)) {
       send_update(u);
     }
     return stop(1);
@@ -287,7 +280,8 @@ class EngineCore {
     for (uint32_t r = 0; r < workers_.size(); ++r) {
       send_message_to(workers_socket_, "w" + std::to_string(r), {{"t", "shutdown"}});
     }
-    const auto deadline = Clock::now() + (code == 0 ? std::chrono::seconds(2) : Clock::duration::zero());
+    const auto deadline =
+        Clock::now() + (code == 0 ? std::chrono::seconds(2) : Clock::duration::zero());
     for (Worker& w : workers_) {
       while (!w.process.poll_exit() && Clock::now() < deadline) {
         zmq::pollitem_t item{workers_socket_.handle(), 0, ZMQ_POLLIN, 0};

@@ -1,7 +1,5 @@
 #include "kvtier/engine/engine_scheduler.h"
 
-#include "server_cache_index.h"
-
 #include <algorithm>
 #include <stdexcept>
 
@@ -21,25 +19,16 @@ struct EngineScheduler::Request {
   size_t load_from = 0;              // num_computed when its load started
   uint64_t progress_mark = 0;        // most tokens ever computed (H8)
   bool reported_cache = false;
-  bool aborted = false;              // ends once its load has ended
+  bool aborted = false;  // ends once its load has ended
   State state = State::kWaiting;
 };
 
 EngineScheduler::EngineScheduler(const Config& config, const EngineShape& shape)
     : config_(config), shape_(shape), blocks_(shape.device_blocks) {
-  if (config.connector.enabled && config.cache.mode == "server") {
-    server_index_ = std::make_unique<ServerCacheIndex>(config, shape);
-    connector_ = std::make_unique<SchedulerConnector>(
-        scheduler_options(config, shape.world_size, shape.layout, shape.model_id), *server_index_);
-  } else if (config.connector.enabled) {
-    Result<std::unique_ptr<EvictionPolicy>> policy =
-        make_eviction_policy(config.cache.eviction, shape.host_slots);
-    if (!policy) throw std::invalid_argument(policy.error().message);
-    cache_ = std::make_unique<CacheManager>(shape.host_slots, shape.layout.max_chunk_bytes(),
-                                            std::move(*policy));
-    connector_ = std::make_unique<SchedulerConnector>(
-        scheduler_options(config, shape.world_size, shape.layout, shape.model_id), *cache_);
-  }
+  SchedulerSide side = ConnectorFactory(config, connector_shape(shape)).scheduler_side();
+  cache_ = std::move(side.cache);
+  index_ = std::move(side.index);
+  connector_ = std::move(side.connector);
 }
 
 EngineScheduler::~EngineScheduler() = default;
@@ -98,8 +87,8 @@ void EngineScheduler::extend_block_keys(Request& r) {
                                                   .layout_fingerprint = shape_.layout.fingerprint(),
                                                   .cache_salt = "device"})
                                 : r.block_keys.back();
-    r.block_keys.push_back(next_chunk_key(
-        parent, std::span(r.tokens).subspan(r.block_keys.size() * bs, bs)));
+    r.block_keys.push_back(
+        next_chunk_key(parent, std::span(r.tokens).subspan(r.block_keys.size() * bs, bs)));
   }
 }
 
@@ -149,8 +138,8 @@ void EngineScheduler::schedule(Request& r, size_t& budget, std::vector<Request*>
 }
 
 EngineScheduler::Admission EngineScheduler::admit(Request& r, size_t& budget,
-                                                 std::vector<Request*>& scheduled,
-                                                 StepInput& input) {
+                                                  std::vector<Request*>& scheduled,
+                                                  StepInput& input) {
   extend_block_keys(r);
   const size_t bs = config_.layout.block_size;
   // The device prefix cache first; at least the last prompt token is computed.
@@ -255,8 +244,9 @@ StepPlan EngineScheduler::plan_step() {
     const size_t n = last_counts_[i];
     plan.batch.push_back(BatchEntry{
         .start = static_cast<uint32_t>(r.num_computed),
-        .tokens = std::vector<TokenId>(r.tokens.begin() + static_cast<ptrdiff_t>(r.num_computed),
-                                       r.tokens.begin() + static_cast<ptrdiff_t>(r.num_computed + n)),
+        .tokens =
+            std::vector<TokenId>(r.tokens.begin() + static_cast<ptrdiff_t>(r.num_computed),
+                                 r.tokens.begin() + static_cast<ptrdiff_t>(r.num_computed + n)),
         .table = r.blocks});
   }
   last_scheduled_ = std::move(scheduled);
@@ -358,8 +348,9 @@ std::vector<RequestUpdate> EngineScheduler::fail_all(const std::string& error) {
 }
 
 ProgressSnapshot EngineScheduler::progress() const {
-  ProgressSnapshot s{.finished = finished_,
-                     .transfers_in_flight = connector_ && connector_->counters().jobs_in_flight > 0};
+  ProgressSnapshot s{
+      .finished = finished_,
+      .transfers_in_flight = connector_ && connector_->counters().jobs_in_flight > 0};
   for (const auto& [id, r] : requests_) {
     if (r->state == State::kFinishing) continue;
     s.requests.push_back(
@@ -382,8 +373,8 @@ std::optional<ConnectorCounters> EngineScheduler::connector_counters() const {
 
 std::vector<std::string> EngineScheduler::degraded() const {
   std::vector<std::string> out;
-  if (server_index_) {
-    if (auto reason = server_index_->degraded()) out.push_back(std::move(*reason));
+  if (connector_) {
+    if (auto reason = connector_->degraded()) out.push_back(std::move(*reason));
   }
   return out;
 }

@@ -11,7 +11,7 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "kvtier/engine/child_process.h"
+#include "kvtier/core/child_process.h"
 #include "kvtier/engine/wire.h"
 
 namespace kvtier {
@@ -24,8 +24,12 @@ CoreManagerOptions CoreManagerOptions::from_config(const Config& config,
   options.stall_timeout = seconds_to_duration(config.engine.stall_timeout_s);
   options.run_dir = run_dir;
   options.core_argv = [exe, run_dir](uint32_t core) {
-    return std::vector<std::string>{exe, "engine-core", std::to_string(core), "--run-dir",
-                                    run_dir.string(), "--config",
+    return std::vector<std::string>{exe,
+                                    "engine-core",
+                                    std::to_string(core),
+                                    "--run-dir",
+                                    run_dir.string(),
+                                    "--config",
                                     (run_dir / "config.yaml").string()};
   };
   return options;
@@ -72,7 +76,7 @@ struct CoreManager::Impl {
   std::vector<bool> exited;
   bool closing = false;
   std::map<std::string, InFlight> requests;
-  std::vector<uint32_t> load;  // requests in flight per core
+  std::vector<uint32_t> load;                                  // requests in flight per core
   std::vector<std::pair<std::string, nlohmann::json>> outbox;  // (peer, message)
   EngineMetrics counters;
   uint64_t next_id = 0;
@@ -152,8 +156,17 @@ struct CoreManager::Impl {
           core_counters[name] = value.get<double>();
         }
       }
+      std::map<std::string, CounterKind> kinds;  // an unknown kind leaves the name untyped
+      if (body.contains("kinds")) {
+        for (const auto& [name, kind] : body["kinds"].items()) {
+          for (CounterKind k : {CounterKind::kCounter, CounterKind::kGauge}) {
+            if (kind.get_ref<const std::string&>() == to_string(k)) kinds[name] = k;
+          }
+        }
+      }
       // Counters stay current after a failure too, for /metrics.
       counters.core_counters[core] = std::move(core_counters);
+      counters.core_kinds.merge(kinds);
       health.heartbeat(core, now, std::move(degraded));
     } else if (type == "out") {
       auto it = requests.find(body.at("id").get<std::string>());
@@ -185,8 +198,8 @@ struct CoreManager::Impl {
       end_request(it, std::move(event));
     } else if (type == "failed") {
       record_failure(core, CoreFailure::kFailed,
-                     "engine core " + std::to_string(core) + " failed: " +
-                         body.value("reason", std::string("no reason given")));
+                     "engine core " + std::to_string(core) +
+                         " failed: " + body.value("reason", std::string("no reason given")));
     } else {
       std::cerr << "kvtier frontend: ignored message '" << type << "' from engine core " << core
                 << "\n";
@@ -276,7 +289,9 @@ struct CoreManager::Impl {
 
 CoreManager::CoreManager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-CoreManager::~CoreManager() { shutdown(); }
+CoreManager::~CoreManager() {
+  shutdown();
+}
 
 Result<std::unique_ptr<CoreManager>> CoreManager::start(CoreManagerOptions options) {
   if (!options.core_argv || options.engine_cores == 0) {
@@ -330,11 +345,10 @@ Result<std::shared_ptr<RequestStream>> CoreManager::submit(std::vector<TokenId> 
     ++m.counters.requests_total;
     ++m.load[*core];
     m.requests[id] = InFlight{*core, stream, false};
-    m.outbox.emplace_back("core-" + std::to_string(*core),
-                          nlohmann::json{{"t", "add"},
-                                         {"id", id},
-                                         {"prompt", std::move(prompt)},
-                                         {"max_tokens", max_tokens}});
+    m.outbox.emplace_back(
+        "core-" + std::to_string(*core),
+        nlohmann::json{
+            {"t", "add"}, {"id", id}, {"prompt", std::move(prompt)}, {"max_tokens", max_tokens}});
   }
   m.wake();
   return stream;
@@ -371,7 +385,9 @@ EngineMetrics CoreManager::metrics() const {
   return metrics;
 }
 
-pid_t CoreManager::core_pid(uint32_t core) const { return impl_->pids.at(core); }
+pid_t CoreManager::core_pid(uint32_t core) const {
+  return impl_->pids.at(core);
+}
 
 void CoreManager::shutdown() {
   Impl& m = *impl_;

@@ -42,8 +42,7 @@ std::vector<uint32_t> EngineHealth::check_stalls(TimePoint now) {
     // timeout reports workers that never register.
     if (!c.ready || c.failure || silent <= stall_timeout_) continue;
     char seconds[32];
-    std::snprintf(seconds, sizeof seconds, "%.1f",
-                  std::chrono::duration<double>(silent).count());
+    std::snprintf(seconds, sizeof seconds, "%.1f", std::chrono::duration<double>(silent).count());
     fail(n, CoreFailure::kStalled,
          "engine core " + std::to_string(n) + " stalled: no heartbeat for " + seconds + " s");
     stalled.push_back(n);
@@ -77,9 +76,9 @@ HealthReport EngineHealth::report() const {
   std::set<std::string> degraded;
   for (const CoreHealth& c : cores_) degraded.insert(c.degraded.begin(), c.degraded.end());
   if (!degraded.empty()) {
-    return HealthReport{200, {{"status", "degraded"},
-                              {"degraded", std::vector<std::string>(degraded.begin(),
-                                                                    degraded.end())}}};
+    return HealthReport{200,
+                        {{"status", "degraded"},
+                         {"degraded", std::vector<std::string>(degraded.begin(), degraded.end())}}};
   }
   return HealthReport{200, {{"status", "ok"}}};
 }

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <thread>
 
-#include "kvtier/engine/child_process.h"
+#include "kvtier/core/child_process.h"
 #include "kvtier/engine/core_manager.h"
 #include "kvtier/engine/frontend_server.h"
 

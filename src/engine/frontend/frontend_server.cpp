@@ -53,7 +53,7 @@ struct Exchange {
   CompletionUsage usage;
   std::chrono::steady_clock::time_point deadline;
   std::optional<ClientConnection> client;  // nullopt: not found, never seen as gone
-  bool opened = false;  // chat stream: role chunk sent
+  bool opened = false;                     // chat stream: role chunk sent
 
   // The client hung up: the request is aborted.
   bool client_gone() {
@@ -126,18 +126,18 @@ struct FrontendServer::Impl {
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       complete(req, res, true);
     });
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& res,
-                                  std::exception_ptr error) {
-      std::string what = "internal error";
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      std::cerr << "kvtier frontend: request failed: " << what << "\n";
-      reply_json(res, 500, engine_error(500, what, "internal_error").body());
-    });
+    http.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+          std::string what = "internal error";
+          try {
+            std::rethrow_exception(error);
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
+          std::cerr << "kvtier frontend: request failed: " << what << "\n";
+          reply_json(res, 500, engine_error(500, what, "internal_error").body());
+        });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       RequestError error{res.status, "no route " + req.method + " " + req.path, ""};
@@ -158,15 +158,15 @@ struct FrontendServer::Impl {
       reply_json(res, 503, engine_error(503, stream.error().message, "engine_unavailable").body());
       return;
     }
-    auto exchange = std::make_shared<Exchange>(Exchange{
-        &manager, *stream,
-        ResponseShape(chat, (chat ? "chatcmpl-" : "cmpl-") + (*stream)->id(),
-                      config.engine.model_name, static_cast<int64_t>(std::time(nullptr))),
-        CompletionUsage{},
-        std::chrono::steady_clock::now() +
-            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                seconds_to_duration(config.engine.request_timeout_s)),
-        ClientConnection::find(req.remote_addr, req.remote_port, req.local_port)});
+    auto exchange = std::make_shared<Exchange>(
+        Exchange{&manager, *stream,
+                 ResponseShape(chat, (chat ? "chatcmpl-" : "cmpl-") + (*stream)->id(),
+                               config.engine.model_name, static_cast<int64_t>(std::time(nullptr))),
+                 CompletionUsage{},
+                 std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         seconds_to_duration(config.engine.request_timeout_s)),
+                 ClientConnection::find(req.remote_addr, req.remote_port, req.local_port)});
     if (request->stream) {
       stream_response(res, exchange, chat);
     } else {
@@ -194,7 +194,8 @@ struct FrontendServer::Impl {
       if (!text) {
         reply_json(res, 500,
                    engine_error(500, "the engine produced a token outside the vocabulary",
-                                "internal_error").body());
+                                "internal_error")
+                       .body());
         return;
       }
       reply_json(res, 200, exchange.shape.full(*text, event->finish_reason, exchange.usage));
@@ -205,52 +206,53 @@ struct FrontendServer::Impl {
   // SSE: one chunk per `out`, then [DONE]; on failure an `error` event and the end (H5).
   void stream_response(httplib::Response& res, std::shared_ptr<Exchange> exchange, bool chat) {
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [exchange, chat, manager = &manager](size_t, httplib::DataSink& sink) {
-          auto write = [&](const std::string& text) {
-            if (sink.write(text.data(), text.size())) return true;
-            manager->abort(exchange->stream->id());  // the client went away
-            return false;
-          };
-          if (chat && !exchange->opened) {
-            exchange->opened = true;
-            return write(sse_event(exchange->shape.role_chunk()));
-          }
-          std::optional<StreamEvent> event = exchange->next();
-          if (!event) {
-            if (sink.is_writable() && !exchange->client_gone()) return true;  // wait again
-            manager->abort(exchange->stream->id());  // the client went away
-            return false;
-          }
-          std::optional<std::string> text = text_of(event->tokens);
-          if (!text) {
-            event->kind = StreamEvent::Kind::kError;
-            event->error = "the engine produced a token outside the vocabulary";
-            manager->abort(exchange->stream->id());
-          }
-          if (event->kind == StreamEvent::Kind::kError) {
-            const bool ok = write(sse_event(error_of(*event).body(), "error"));
-            sink.done();
-            return ok;
-          }
-          if (!text->empty() && !write(sse_event(exchange->shape.chunk(*text)))) return false;
-          if (event->kind == StreamEvent::Kind::kDone) {
-            const bool ok =
-                write(sse_event(exchange->shape.final_chunk(event->finish_reason, exchange->usage)) +
-                      kSseDone);
-            sink.done();
-            return ok;
-          }
-          return true;
-        });
+    res.set_chunked_content_provider("text/event-stream", [exchange, chat, manager = &manager](
+                                                              size_t, httplib::DataSink& sink) {
+      auto write = [&](const std::string& text) {
+        if (sink.write(text.data(), text.size())) return true;
+        manager->abort(exchange->stream->id());  // the client went away
+        return false;
+      };
+      if (chat && !exchange->opened) {
+        exchange->opened = true;
+        return write(sse_event(exchange->shape.role_chunk()));
+      }
+      std::optional<StreamEvent> event = exchange->next();
+      if (!event) {
+        if (sink.is_writable() && !exchange->client_gone()) return true;  // wait again
+        manager->abort(exchange->stream->id());                           // the client went away
+        return false;
+      }
+      std::optional<std::string> text = text_of(event->tokens);
+      if (!text) {
+        event->kind = StreamEvent::Kind::kError;
+        event->error = "the engine produced a token outside the vocabulary";
+        manager->abort(exchange->stream->id());
+      }
+      if (event->kind == StreamEvent::Kind::kError) {
+        const bool ok = write(sse_event(error_of(*event).body(), "error"));
+        sink.done();
+        return ok;
+      }
+      if (!text->empty() && !write(sse_event(exchange->shape.chunk(*text)))) return false;
+      if (event->kind == StreamEvent::Kind::kDone) {
+        const bool ok =
+            write(sse_event(exchange->shape.final_chunk(event->finish_reason, exchange->usage)) +
+                  kSseDone);
+        sink.done();
+        return ok;
+      }
+      return true;
+    });
   }
 };
 
 FrontendServer::FrontendServer(CoreManager& manager, const Config& config)
     : impl_(std::make_unique<Impl>(manager, config)) {}
 
-FrontendServer::~FrontendServer() { stop(); }
+FrontendServer::~FrontendServer() {
+  stop();
+}
 
 Result<int> FrontendServer::bind() {
   const EngineConfig& engine = impl_->config.engine;
@@ -260,15 +262,19 @@ Result<int> FrontendServer::bind() {
     return port;
   }
   if (!impl_->http.bind_to_port(engine.host, static_cast<int>(engine.port))) {
-    return make_error(ErrorCode::kUnavailable,
-                      "cannot bind " + engine.host + ":" + std::to_string(engine.port) +
-                          " (engine.host / engine.port)");
+    return make_error(ErrorCode::kUnavailable, "cannot bind " + engine.host + ":" +
+                                                   std::to_string(engine.port) +
+                                                   " (engine.host / engine.port)");
   }
   return static_cast<int>(engine.port);
 }
 
-void FrontendServer::run() { impl_->http.listen_after_bind(); }
+void FrontendServer::run() {
+  impl_->http.listen_after_bind();
+}
 
-void FrontendServer::stop() { impl_->http.stop(); }
+void FrontendServer::stop() {
+  impl_->http.stop();
+}
 
 }  // namespace kvtier

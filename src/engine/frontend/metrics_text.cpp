@@ -58,7 +58,10 @@ std::string render_metrics(const EngineMetrics& m) {
   }
   for (const std::string& counter : names) {
     const std::string name = metric_name(counter);
-    family(out, name, "untyped", ("Engine core counter '" + counter + "'.").c_str());
+    const auto kind = m.core_kinds.find(counter);
+    const std::string type =
+        kind == m.core_kinds.end() ? "untyped" : std::string(to_string(kind->second));
+    family(out, name, type.c_str(), ("Engine core counter '" + counter + "'.").c_str());
     for (size_t core = 0; core < m.core_counters.size(); ++core) {
       const auto it = m.core_counters[core].find(counter);
       if (it == m.core_counters[core].end()) continue;

@@ -20,7 +20,8 @@ std::expected<void, RequestError> check_messages(const nlohmann::json& request) 
     const std::string at = "messages[" + std::to_string(i) + "]";
     const nlohmann::json& m = messages[i];
     if (!m.is_object()) return invalid(at, "'" + at + "' must be an object");
-    if (!m.contains("role") || !m["role"].is_string() || m["role"].get_ref<const std::string&>().empty()) {
+    if (!m.contains("role") || !m["role"].is_string() ||
+        m["role"].get_ref<const std::string&>().empty()) {
       return invalid(at + ".role", "'" + at + ".role' must be a non-empty string");
     }
     if (!m.contains("content") || !m["content"].is_string()) {
@@ -75,7 +76,8 @@ std::expected<CompletionRequest, RequestError> parse_completion_request(
     parsed.prompt = request["prompt"].get<std::string>();
   }
   const char* prompt_field = chat ? "messages" : "prompt";
-  if (parsed.prompt.empty()) return invalid(prompt_field, std::string("'") + prompt_field + "' is empty");
+  if (parsed.prompt.empty())
+    return invalid(prompt_field, std::string("'") + prompt_field + "' is empty");
   // Without max_tokens: the default, cut to what fits after the prompt.
   const uint64_t room = std::min<uint64_t>(limits.max_context, limits.max_request_tokens);
   parsed.max_tokens = limits.default_max_tokens;
@@ -112,11 +114,10 @@ std::expected<CompletionRequest, RequestError> parse_completion_request(
                                      std::to_string(limits.max_context));
   }
   if (prompt_tokens + parsed.max_tokens > limits.max_context) {
-    return invalid("max_tokens", "the prompt (" + std::to_string(prompt_tokens) +
-                                     " tokens) plus 'max_tokens' (" +
-                                     std::to_string(parsed.max_tokens) +
-                                     ") exceeds model.max_context " +
-                                     std::to_string(limits.max_context));
+    return invalid("max_tokens",
+                   "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus 'max_tokens' (" +
+                       std::to_string(parsed.max_tokens) + ") exceeds model.max_context " +
+                       std::to_string(limits.max_context));
   }
   if (prompt_tokens + parsed.max_tokens > limits.max_request_tokens) {
     return invalid(prompt_tokens >= limits.max_request_tokens ? prompt_field : "max_tokens",

@@ -25,7 +25,8 @@ EngineShape engine_shape(const Config& config) {
       shape.model.num_kv_groups(),
       GroupBlocking{.block_size = config.layout.block_size,
                     .blocks_per_chunk = config.layout.blocks_per_chunk});
-  shape.layout = model_kv_layout(shape.model, config.layout.device_layout, blocking, shape.world_size);
+  shape.layout =
+      model_kv_layout(shape.model, config.layout.device_layout, blocking, shape.world_size);
   shape.device_blocks = config.engine.device_blocks;
   const uint64_t chunk_all_ranks = uint64_t{shape.layout.max_chunk_bytes()} * shape.world_size;
   const uint64_t slots = config.cache.host_bytes / chunk_all_ranks;
@@ -34,16 +35,26 @@ EngineShape engine_shape(const Config& config) {
                                 ") holds no chunk: one chunk on every rank is " +
                                 std::to_string(chunk_all_ranks) + " bytes");
   }
-  shape.host_slots = static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(slots, 1), 1u << 24));
+  shape.host_slots =
+      static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(slots, 1), 1u << 24));
   shape.model_id = shape.model.model_id();
   return shape;
+}
+
+ConnectorShape connector_shape(const EngineShape& shape) {
+  return ConnectorShape{.world_size = shape.world_size,
+                        .layout = shape.layout,
+                        .model = shape.model_id,
+                        .host_slots = shape.host_slots};
 }
 
 uint64_t max_request_tokens(const EngineShape& shape) {
   return uint64_t{shape.device_blocks} * shape.layout.groups.front().block_size + 1;
 }
 
-std::string frontend_endpoint(const std::string& run_dir) { return "ipc://" + run_dir + "/frontend.ipc"; }
+std::string frontend_endpoint(const std::string& run_dir) {
+  return "ipc://" + run_dir + "/frontend.ipc";
+}
 std::string core_endpoint(const std::string& run_dir, uint32_t core) {
   return "ipc://" + run_dir + "/core-" + std::to_string(core) + ".ipc";
 }

@@ -23,7 +23,8 @@ nlohmann::json jobs_to_json(const std::vector<TransferJob>& jobs) {
 std::vector<TransferJob> jobs_from_json(const nlohmann::json& j) {
   std::vector<TransferJob> jobs;
   for (const auto& item : j) {
-    TransferJob job{.job = item.at("job").get<JobId>(), .request = item.at("request").get<std::string>()};
+    TransferJob job{.job = item.at("job").get<JobId>(),
+                    .request = item.at("request").get<std::string>()};
     for (const auto& c : item.at("chunks")) {
       job.chunks.push_back(ChunkTransfer{.group = c.at(0).get<uint32_t>(),
                                          .blocks = c.at(3).get<std::vector<uint32_t>>(),
@@ -41,7 +42,9 @@ std::vector<TransferJob> jobs_from_json(const nlohmann::json& j) {
 }  // namespace
 
 nlohmann::json to_json(const StepMetadata& m) {
-  return {{"step", m.step}, {"loads", jobs_to_json(m.loads)}, {"stores", jobs_to_json(m.stores)},
+  return {{"step", m.step},
+          {"loads", jobs_to_json(m.loads)},
+          {"stores", jobs_to_json(m.stores)},
           {"flush", m.flush}};
 }
 
@@ -57,8 +60,10 @@ nlohmann::json to_json(const WorkerOutput& o) {
   for (const JobVerdict& v : o.finished) {
     finished.push_back({v.job, static_cast<int>(v.outcome), v.error});
   }
-  return {{"rank", o.rank},         {"finished", std::move(finished)},
-          {"invalid", o.invalid_blocks}, {"fail_stop", o.fail_stop},
+  return {{"rank", o.rank},
+          {"finished", std::move(finished)},
+          {"invalid", o.invalid_blocks},
+          {"fail_stop", o.fail_stop},
           {"reason", o.fail_stop_reason}};
 }
 

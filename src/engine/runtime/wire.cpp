@@ -45,9 +45,9 @@ std::optional<Result<Envelope>> try_receive(zmq::socket_t& socket, bool router) 
                                            static_cast<const uint8_t*>(frame.data()) + frame.size(),
                                            true, false);
   if (body.is_discarded() || !body.is_object() || !body.contains("t") || !body["t"].is_string()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "malformed message from '" + envelope.peer + "' (" +
-                          std::to_string(frame.size()) + " bytes)");
+    return make_error(ErrorCode::kInvalidArgument, "malformed message from '" + envelope.peer +
+                                                       "' (" + std::to_string(frame.size()) +
+                                                       " bytes)");
   }
   envelope.body = std::move(body);
   return envelope;

@@ -8,25 +8,29 @@
 #include <memory>
 #include <optional>
 
-#include "kvtier/cache/host_pool.h"
+#include "kvtier/connector/connector_factory.h"
 #include "kvtier/connector/worker_connector.h"
 #include "kvtier/device/fault_injecting_device.h"
 #include "kvtier/device/host_device.h"
 #include "kvtier/engine/byte_vocab.h"
 #include "kvtier/engine/engine_shape.h"
-#include "kvtier/engine/server_worker_connector.h"
 #include "kvtier/engine/step_messages.h"
 #include "kvtier/engine/tiny_model.h"
 #include "kvtier/engine/wire.h"
 #include "kvtier/engine/zmq_collective.h"
-#include "kvtier/transfer/transfer_engine.h"
 
 namespace kvtier {
 namespace {
 
-std::optional<CopyKind> only_kind(const std::string& direction) {
-  if (direction == "load") return CopyKind::kHostToDevice;
-  if (direction == "store") return CopyKind::kDeviceToHost;
+std::optional<CopyKind> only_kind(FaultDirection direction) {
+  switch (direction) {
+    case FaultDirection::kLoad:
+      return CopyKind::kHostToDevice;
+    case FaultDirection::kStore:
+      return CopyKind::kDeviceToHost;
+    case FaultDirection::kBoth:
+      break;
+  }
   return std::nullopt;
 }
 
@@ -43,20 +47,6 @@ FaultPlan fault_plan(const FaultsConfig& f, uint32_t rank) {
                                             .only_kind = only_kind(f.direction)});
 }
 
-// The rank's device memory for its KV caches, in the layout's shape.
-KvCacheAddresses allocate_caches(Device& device, const KvLayout& layout, uint32_t num_blocks) {
-  KvCacheAddresses caches;
-  for (const KvGroup& g : layout.groups) {
-    GroupCacheAddresses group{.num_blocks = num_blocks};
-    const bool per_layer = layout.device_layout == DeviceLayout::kPerLayer;
-    const size_t tensors = per_layer ? g.layers : 1;
-    const size_t bytes = size_t{num_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
-    for (size_t i = 0; i < tensors; ++i) group.bases.push_back(device.allocate(bytes));
-    caches.groups.push_back(std::move(group));
-  }
-  return caches;
-}
-
 class Worker {
  public:
   Worker(const Config& config, uint32_t core, uint32_t rank, const std::string& run_dir)
@@ -65,32 +55,22 @@ class Worker {
         shape_(engine_shape(config)),
         fault_(host_, fault_plan(config.faults, rank)),
         model_(shape_.model, rank, shape_.world_size),
-        connector_(rank),
         socket_(context_, zmq::socket_type::dealer) {
     compute_ = fault_.create_stream();
     step_done_ = fault_.create_event();
-    if (config.connector.enabled && config.cache.mode == "server") {
-      // kvtierd holds the cache: the KV caches live in shared memory it maps.
-      server_ = std::make_unique<ServerWorkerConnector>(rank, shape_.layout, shape_.device_blocks,
-                                                        config);
-      caches_ = server_->caches();
-      // A server that is not up yet only makes this rank's loads and stores fail (H7).
-      server_->wait_until_ok(seconds_to_duration(config.server.connect_timeout_s));
-    } else {
-      caches_ = allocate_caches(fault_, shape_.layout, shape_.device_blocks);
-      auto pool = HostPool::create(fault_, shape_.layout.max_chunk_bytes(), shape_.host_slots);
-      if (!pool) throw std::runtime_error("host pool: " + pool.error().message);
-      pool_ = std::move(*pool);
-      connector_.register_kv_caches(
-          fault_, shape_.layout, caches_,
-          HostSlots{pool_->slot_address(0), pool_->slot_bytes(), shape_.host_slots}, compute_,
-          transfer_options(config.transfer));
-    }
+    // The connector's worker side for the configured cache, with the rank's KV caches.
+    connector_ = ConnectorFactory(config, connector_shape(shape_))
+                     .worker(WorkerSetup{.rank = rank,
+                                         .device_blocks = shape_.device_blocks,
+                                         .device = &fault_,
+                                         .compute_stream = compute_});
+    caches_ = connector_->kv_caches();
     if (shape_.world_size == 1) {
       collective_ = std::make_unique<SingleRankCollective>();
     } else {
-      collective_ = std::make_unique<ZmqCollective>(context_, collective_endpoint(run_dir, core), rank,
-                                                    shape_.world_size, std::chrono::seconds(60));
+      collective_ =
+          std::make_unique<ZmqCollective>(context_, collective_endpoint(run_dir, core), rank,
+                                          shape_.world_size, std::chrono::seconds(60));
     }
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::routing_id, "w" + std::to_string(rank));
@@ -98,11 +78,10 @@ class Worker {
   }
 
   ~Worker() {
-    // Copies may still run: the device drains before the pool and caches go.
-    connector_ = WorkerConnector(rank_);
-    server_.reset();
+    // Copies may still run: the device drains before the connector (and its memory) goes.
     fault_.release_hangs();
     host_.quiesce();
+    connector_.reset();
   }
 
   int run() {
@@ -156,11 +135,7 @@ class Worker {
       inputs.push_back(std::move(in));
       ++i;
     }
-    if (server_) {
-      server_->start_load(meta);
-    } else {
-      connector_.start_load(meta);
-    }
+    connector_->start_load(meta);
     std::vector<TokenId> sampled;
     if (!inputs.empty()) {
       // The forward pass runs on the compute stream, in order with the connector's fences
@@ -179,16 +154,11 @@ class Worker {
       if (error) std::rethrow_exception(error);
       for (const auto& l : logits) sampled.push_back(greedy_token(l));
     }
-    if (server_) {
-      server_->queue_stores(meta);
-    } else {
-      connector_.queue_stores(meta);
-    }
-    const WorkerOutput out = server_ ? server_->take_output() : connector_.take_output();
-    send_message(socket_, {{"t", "done"},
-                           {"step", body.at("step")},
-                           {"tokens", sampled},
-                           {"output", to_json(out)}});
+    connector_->queue_stores(meta);
+    const WorkerOutput out = connector_->take_output();
+    send_message(
+        socket_,
+        {{"t", "done"}, {"step", body.at("step")}, {"tokens", sampled}, {"output", to_json(out)}});
   }
 
   const Config config_;
@@ -197,12 +167,10 @@ class Worker {
   HostDevice host_;
   FaultInjectingDevice fault_;
   TinyModel model_;
-  KvCacheAddresses caches_;
-  std::unique_ptr<HostPool> pool_;
   StreamHandle compute_;
   EventHandle step_done_;
-  WorkerConnector connector_;                      // cache.mode: local
-  std::unique_ptr<ServerWorkerConnector> server_;  // cache.mode: server
+  std::unique_ptr<WorkerConnector> connector_;
+  KvCacheAddresses caches_;  // connector_'s
   zmq::context_t context_;
   std::unique_ptr<Collective> collective_;
   zmq::socket_t socket_;

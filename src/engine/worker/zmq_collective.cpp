@@ -38,7 +38,8 @@ void ZmqCollective::all_reduce_sum(std::span<float> data) {
   if (rank_ != 0) {
     (void)socket_.send(zmq::buffer(data.data(), bytes), zmq::send_flags::none);
     zmq::message_t result = receive("result from rank 0");
-    if (result.size() != bytes) throw std::invalid_argument("collective: span length differs between ranks");
+    if (result.size() != bytes)
+      throw std::invalid_argument("collective: span length differs between ranks");
     std::memcpy(data.data(), result.data(), bytes);
     return;
   }

@@ -1,25 +1,29 @@
-// ServerWorkerConnector (the worker side in `cache.mode: server`) against a real kvtierd started
-// with --test-hooks: verdicts, bytes, loads starting inside a chunk, F4 and F7.
-#include "kvtier/engine/server_worker_connector.h"
+// RemoteWorkerConnector (the worker side in `cache.mode: server`) against a real kvtierd started
+// with --test-hooks: verdicts, bytes, loads starting inside a chunk, F4, F7 and F12.
+#include "kvtier/connector/remote_worker_connector.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-#include "engine/kvtierd_for_engine.h"
+#include "connector/kvtierd_for_connector.h"
 
 namespace kvtier::testing {
 namespace {
 
 KvLayout test_layout() {
   return KvLayout{.device_layout = DeviceLayout::kPerLayer,
-                  .groups = {KvGroup{.layers = 2, .kv_heads = 1, .head_dim = 4, .dtype_bytes = 4,
-                                     .block_size = 4, .blocks_per_chunk = 4}}};
+                  .groups = {KvGroup{.layers = 2,
+                                     .kv_heads = 1,
+                                     .head_dim = 4,
+                                     .dtype_bytes = 4,
+                                     .block_size = 4,
+                                     .blocks_per_chunk = 4}}};
 }
 
-class ServerWorkerConnectorTest : public ::testing::Test {
+class RemoteWorkerConnectorTest : public ::testing::Test {
  protected:
-  ServerWorkerConnectorTest()
+  RemoteWorkerConnectorTest()
       : layout_(test_layout()),
         kvtierd_(start_kvtierd(layout_.groups[0], unique_endpoint(), /*test_hooks=*/true)),
         connector_(0, layout_, 32, server_mode(Config{}, kvtierd_->endpoint())) {
@@ -27,15 +31,17 @@ class ServerWorkerConnectorTest : public ::testing::Test {
   }
 
   std::byte* block(uint32_t b, uint32_t layer) const {
-    return reinterpret_cast<std::byte*>(connector_.caches().groups[0].bases[layer]) +
+    return reinterpret_cast<std::byte*>(connector_.kv_caches().groups[0].bases[layer]) +
            size_t{b} * layout_.groups[0].layer_block_bytes();
   }
   void fill(uint32_t b, uint8_t seed) {
-    for (uint32_t l = 0; l < 2; ++l) std::memset(block(b, l), seed + l, layout_.groups[0].layer_block_bytes());
+    for (uint32_t l = 0; l < 2; ++l)
+      std::memset(block(b, l), seed + l, layout_.groups[0].layer_block_bytes());
   }
   bool same(uint32_t a, uint32_t b) const {
     for (uint32_t l = 0; l < 2; ++l) {
-      if (std::memcmp(block(a, l), block(b, l), layout_.groups[0].layer_block_bytes()) != 0) return false;
+      if (std::memcmp(block(a, l), block(b, l), layout_.groups[0].layer_block_bytes()) != 0)
+        return false;
     }
     return true;
   }
@@ -79,10 +85,12 @@ class ServerWorkerConnectorTest : public ::testing::Test {
     EXPECT_EQ(stats.field("transfers_in_flight"), 0u);
   }
 
-  static TransferJob job(JobId id, std::vector<uint32_t> blocks, ChunkKey key, uint32_t first_block = 0) {
+  static TransferJob job(JobId id, std::vector<uint32_t> blocks, ChunkKey key,
+                         uint32_t first_block = 0) {
     return TransferJob{.job = id,
                        .request = "r",
-                       .chunks = {ChunkTransfer{.group = 0, .blocks = std::move(blocks), .first_block = first_block}},
+                       .chunks = {ChunkTransfer{
+                           .group = 0, .blocks = std::move(blocks), .first_block = first_block}},
                        .keys = {key}};
   }
   void store(JobId id, std::vector<uint32_t> blocks, ChunkKey key) {
@@ -95,10 +103,10 @@ class ServerWorkerConnectorTest : public ::testing::Test {
   const ChunkKey key_{.lo = 7, .hi = 11};
   KvLayout layout_;
   std::unique_ptr<KvtierdProcess> kvtierd_;
-  ServerWorkerConnector connector_;
+  RemoteWorkerConnector connector_;
 };
 
-TEST_F(ServerWorkerConnectorTest, StoredChunkLoadsBackWholeOrFromInsideTheChunk) {
+TEST_F(RemoteWorkerConnectorTest, StoredChunkLoadsBackWholeOrFromInsideTheChunk) {
   for (uint32_t b = 0; b < 4; ++b) fill(b, static_cast<uint8_t>(10 * (b + 1)));
   store(1, {0, 1, 2, 3}, key_);
   EXPECT_EQ(outcome_of(until_verdict(1).back(), 1), Outcome::kCompleted);
@@ -115,12 +123,15 @@ TEST_F(ServerWorkerConnectorTest, StoredChunkLoadsBackWholeOrFromInsideTheChunk)
   EXPECT_TRUE(same(2, 10));
   EXPECT_TRUE(same(3, 11));
   std::vector<std::byte> untouched(layout_.groups[0].layer_block_bytes(), std::byte{1});
-  EXPECT_EQ(std::memcmp(block(8, 0), untouched.data(), untouched.size()), 0) << "block 8 not written";
+  EXPECT_EQ(std::memcmp(block(8, 0), untouched.data(), untouched.size()), 0)
+      << "block 8 not written";
   EXPECT_EQ(connector_.in_flight(), 0u);
   expect_server_quiescent();
+  const Status audit = connector_.audit();
+  EXPECT_TRUE(audit) << audit.error().message;
 }
 
-TEST_F(ServerWorkerConnectorTest, F4_FailedLoadReportsItsBlocksInvalidWithItsVerdict) {
+TEST_F(RemoteWorkerConnectorTest, F4_FailedLoadReportsItsBlocksInvalidWithItsVerdict) {
   load(1, {4, 5, 6, 7}, ChunkKey{.lo = 99, .hi = 99});  // never stored: not_found
   const WorkerOutput missing = until_verdict(1).back();
   EXPECT_EQ(outcome_of(missing, 1), Outcome::kFailed);
@@ -129,7 +140,8 @@ TEST_F(ServerWorkerConnectorTest, F4_FailedLoadReportsItsBlocksInvalidWithItsVer
   fill(0, 3);
   store(2, {0, 1, 2, 3}, key_);
   until_verdict(2);
-  connector_.set_test_hook(Direction::kLoad, "fail_copies");  // a device fault in kvtierd
+  connector_.set_test_hook(Direction::kLoad,
+                           server::TestHook::kFailCopies);  // a device fault in kvtierd
   load(3, {12, 13}, key_, /*first_block=*/2);
   const WorkerOutput faulted = until_verdict(3).back();
   EXPECT_EQ(outcome_of(faulted, 3), Outcome::kFailed);
@@ -139,11 +151,11 @@ TEST_F(ServerWorkerConnectorTest, F4_FailedLoadReportsItsBlocksInvalidWithItsVer
   expect_server_quiescent();
 }
 
-TEST_F(ServerWorkerConnectorTest, F7_LoadLostWithTheServerIsUnprovableAndFailStopsTheRank) {
+TEST_F(RemoteWorkerConnectorTest, F7_LoadLostWithTheServerIsUnprovableAndFailStopsTheRank) {
   fill(0, 5);
   store(1, {0, 1, 2, 3}, key_);
   until_verdict(1);
-  connector_.set_test_hook(Direction::kLoad, "hang_copies");
+  connector_.set_test_hook(Direction::kLoad, server::TestHook::kHangCopies);
   load(2, {4, 5, 6, 7}, key_);
   // The RETRIEVE reached kvtierd and its copies hang (one never sent would just fail).
   ASSERT_TRUE(eventually([&] { return server_stats().field("transfers_in_flight") == 1; }));
@@ -153,6 +165,26 @@ TEST_F(ServerWorkerConnectorTest, F7_LoadLostWithTheServerIsUnprovableAndFailSto
   EXPECT_EQ(outcome_of(lost, 2), Outcome::kUnprovable);
   EXPECT_TRUE(lost.fail_stop);
   EXPECT_TRUE(connector_.take_output().fail_stop) << "for good";
+  EXPECT_TRUE(connector_.fail_stopped());
+}
+
+TEST_F(RemoteWorkerConnectorTest, F12_AuditFailsWhileAJobIsInFlightAndWhenKvtierdIsGone) {
+  fill(0, 6);
+  store(1, {0, 1, 2, 3}, key_);
+  until_verdict(1);
+  Status audit = connector_.audit();
+  EXPECT_TRUE(audit) << audit.error().message;
+  connector_.set_test_hook(Direction::kLoad, server::TestHook::kHangCopies);
+  load(2, {4, 5, 6, 7}, key_);
+  audit = connector_.audit();
+  ASSERT_FALSE(audit);
+  EXPECT_NE(audit.error().message.find("1 jobs in flight"), std::string::npos)
+      << audit.error().message;
+  kvtierd_->kill_now();
+  until_verdict(2);
+  audit = connector_.audit();
+  ASSERT_FALSE(audit) << "nothing shows kvtierd's side is clean";
+  EXPECT_EQ(audit.error().code, ErrorCode::kUnavailable) << audit.error().message;
 }
 
 }  // namespace

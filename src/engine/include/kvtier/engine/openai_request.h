@@ -42,15 +42,14 @@ struct RequestLimits {
 struct RequestError {
   int http_status = 400;
   std::string message;
-  std::string param;                          // the field, empty if none
+  std::string param;  // the field, empty if none
   std::string type = "invalid_request_error";
-  std::string code;                           // empty: null
+  std::string code;  // empty: null
   nlohmann::json body() const;
 };
 
-std::expected<CompletionRequest, RequestError> parse_completion_request(std::string_view body,
-                                                                        bool chat,
-                                                                        const RequestLimits& limits);
+std::expected<CompletionRequest, RequestError> parse_completion_request(
+    std::string_view body, bool chat, const RequestLimits& limits);
 
 // The chat template: each message as "<|role|>\n" + content + "\n", then "<|assistant|>\n" to
 // open the answer. E.g. [{"role":"user","content":"hi"}] → "<|user|>\nhi\n<|assistant|>\n".

@@ -4,8 +4,8 @@
 // Not thread-safe: CoreManager owns one and guards it with its mutex. Time comes in as
 // arguments so that tests drive it without sleeping.
 //
-// Per core: starting → ready (said hello; its stall clock runs) → heartbeats; or failed. A failure (the
-// core's `failed` message, its death, or a stall) is recorded once with its reason and stays
+// Per core: starting → ready (said hello; its stall clock runs) → heartbeats; or failed. A failure
+// (the core's `failed` message, its death, or a stall) is recorded once with its reason and stays
 // (H2): later heartbeats, messages or failures of the same core change nothing.
 #pragma once
 
@@ -29,10 +29,10 @@ struct HealthReport {
 enum class CoreFailure { kFailed, kStalled };
 
 struct CoreHealth {
-  bool ready = false;            // said hello
-  TimePoint last_heartbeat{};    // of its latest hello or hb
+  bool ready = false;          // said hello
+  TimePoint last_heartbeat{};  // of its latest hello or hb
   std::optional<CoreFailure> failure;
-  std::string failure_reason;    // set with `failure`
+  std::string failure_reason;         // set with `failure`
   std::vector<std::string> degraded;  // from its latest `hb`
 };
 

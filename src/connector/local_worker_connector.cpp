@@ -1,27 +1,29 @@
-#include "kvtier/connector/worker_connector.h"
+#include "kvtier/connector/local_worker_connector.h"
 
 #include <stdexcept>
 #include <utility>
 
 namespace kvtier {
 
-void WorkerConnector::register_kv_caches(Device& device, const KvLayout& layout,
-                                         const KvCacheAddresses& caches, const HostSlots& slots,
-                                         StreamHandle compute_stream, TransferOptions options,
-                                         const Clock& clock) {
-  if (engine_) throw std::logic_error("WorkerConnector: KV caches registered twice");
-  engine_ = std::make_unique<TransferEngine>(device, layout, caches, slots, compute_stream,
-                                             options, clock);
+void LocalWorkerConnector::register_kv_caches(Device& device, const KvLayout& layout,
+                                              const KvCacheAddresses& caches,
+                                              const HostSlots& slots, StreamHandle compute_stream,
+                                              TransferOptions options, const Clock& clock) {
+  if (engine_) throw std::logic_error("LocalWorkerConnector: KV caches registered twice");
+  engine_ = std::make_unique<TransferEngine>(device, layout, caches, slots, compute_stream, options,
+                                             clock);
+  caches_ = caches;
   groups_ = layout.groups.size();
   invalid_.assign(groups_, {});
 }
 
-void WorkerConnector::submit(const TransferJob& job, Direction direction) {
+void LocalWorkerConnector::submit(const TransferJob& job, Direction direction) {
   engine_->submit(job.job, direction, job.chunks);
 }
 
-void WorkerConnector::start_load(const StepMetadata& metadata) {
-  if (!engine_) throw std::logic_error("WorkerConnector: start_load before register_kv_caches");
+void LocalWorkerConnector::start_load(const StepMetadata& metadata) {
+  if (!engine_)
+    throw std::logic_error("LocalWorkerConnector: start_load before register_kv_caches");
   flush(metadata.flush);
   for (const TransferJob& job : metadata.loads) {
     GroupBlocks blocks(groups_);
@@ -33,12 +35,12 @@ void WorkerConnector::start_load(const StepMetadata& metadata) {
   }
 }
 
-void WorkerConnector::queue_stores(const StepMetadata& metadata) {
+void LocalWorkerConnector::queue_stores(const StepMetadata& metadata) {
   queued_stores_.insert(queued_stores_.end(), metadata.stores.begin(), metadata.stores.end());
 }
 
-void WorkerConnector::flush(std::span<const JobId> jobs) {
-  if (!engine_) throw std::logic_error("WorkerConnector: flush before register_kv_caches");
+void LocalWorkerConnector::flush(std::span<const JobId> jobs) {
+  if (!engine_) throw std::logic_error("LocalWorkerConnector: flush before register_kv_caches");
   // Stores queued last step read KV the previous forward pass wrote; the TransferEngine fences
   // them behind that compute (F10), so they go now, before this step's compute is enqueued.
   for (const TransferJob& job : queued_stores_) submit(job, Direction::kStore);
@@ -48,7 +50,7 @@ void WorkerConnector::flush(std::span<const JobId> jobs) {
   }
 }
 
-void WorkerConnector::collect() {
+void LocalWorkerConnector::collect() {
   if (!engine_) return;
   for (TransferResult& r : engine_->poll()) {
     if (r.direction == Direction::kLoad) {
@@ -69,32 +71,33 @@ void WorkerConnector::collect() {
   }
 }
 
-std::vector<JobVerdict> WorkerConnector::get_finished() {
+std::vector<JobVerdict> LocalWorkerConnector::get_finished() {
   collect();
   return std::exchange(finished_, {});
 }
 
-GroupBlocks WorkerConnector::get_invalid_blocks() {
+GroupBlocks LocalWorkerConnector::get_invalid_blocks() {
   collect();
   return std::exchange(invalid_, GroupBlocks(groups_));
 }
 
-WorkerOutput WorkerConnector::take_output() {
+WorkerOutput LocalWorkerConnector::take_output() {
   collect();
   WorkerOutput out{.rank = rank_};
   out.finished = std::exchange(finished_, {});
   out.invalid_blocks = std::exchange(invalid_, GroupBlocks(groups_));
-  out.fail_stop = fail_stopped() || (engine_ && engine_->fail_stopped());
+  out.fail_stop = fail_stopped();
   out.fail_stop_reason = fail_stop_reason_;
-  if (out.fail_stop && out.fail_stop_reason.empty()) out.fail_stop_reason = "transfer engine fail-stopped";
+  if (out.fail_stop && out.fail_stop_reason.empty())
+    out.fail_stop_reason = "transfer engine fail-stopped";
   return out;
 }
 
-size_t WorkerConnector::in_flight() const {
+size_t LocalWorkerConnector::in_flight() const {
   return queued_stores_.size() + (engine_ ? engine_->in_flight() : 0);
 }
 
-Status WorkerConnector::audit() const {
+Status LocalWorkerConnector::audit() const {
   if (!queued_stores_.empty()) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "worker audit: " + std::to_string(queued_stores_.size()) + " stores queued");

@@ -22,12 +22,12 @@ namespace kvtier {
 struct StreamEvent {
   enum class Kind { kTokens, kDone, kError };
   Kind kind = Kind::kTokens;
-  std::vector<TokenId> tokens;       // kTokens and kDone: new tokens
-  std::string finish_reason;         // kDone: "length" or "stop"
-  uint32_t prompt_tokens = 0;        // kTokens and kDone, as the core reported them
+  std::vector<TokenId> tokens;  // kTokens and kDone: new tokens
+  std::string finish_reason;    // kDone: "length" or "stop"
+  uint32_t prompt_tokens = 0;   // kTokens and kDone, as the core reported them
   uint32_t cached_tokens = 0;
-  std::string error;                 // kError
-  int http_status = 503;             // kError: 400 rejected, 503 engine failure, 504 timeout
+  std::string error;      // kError
+  int http_status = 503;  // kError: 400 rejected, 503 engine failure, 504 timeout
   bool final() const { return kind != Kind::kTokens; }
 };
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kvtier/connector/connector_factory.h"
 #include "kvtier/core/config.h"
 #include "kvtier/engine/model_config.h"
 
@@ -13,7 +14,7 @@ namespace kvtier {
 
 struct EngineShape {
   ModelConfig model;
-  KvLayout layout;          // one rank's share; every group has layout.block_size tokens/block
+  KvLayout layout;  // one rank's share; every group has layout.block_size tokens/block
   uint32_t world_size = 1;
   uint32_t device_blocks = 0;  // per rank and group
   uint32_t host_slots = 0;     // slots of the host cache; a rank's pool holds its share of each
@@ -23,6 +24,9 @@ struct EngineShape {
 // Throws std::invalid_argument naming the field when the sections do not fit together (the
 // model does not split over world_size, a host cache smaller than one chunk per rank, …).
 EngineShape engine_shape(const Config& config);
+
+// What the connector's factory needs of the shape (the same in the engine core and every rank).
+ConnectorShape connector_shape(const EngineShape& shape);
 
 // The most prompt + max_tokens one request may have: its KV at its longest (every token but the
 // last generated one) fills the device blocks of one group. A longer request can never run.

@@ -1,7 +1,8 @@
-#include "kvtier/engine/server_worker_connector.h"
+#include "kvtier/connector/remote_worker_connector.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 
 namespace kvtier {
@@ -17,9 +18,12 @@ uint32_t max_blocks_per_chunk(const KvLayout& layout) {
 
 }  // namespace
 
-ServerWorkerConnector::ServerWorkerConnector(uint32_t rank, const KvLayout& layout,
+RemoteWorkerConnector::RemoteWorkerConnector(uint32_t rank, const KvLayout& layout,
                                              uint32_t device_blocks, const Config& config)
-    : rank_(rank), layout_(layout), device_blocks_(device_blocks) {
+    : rank_(rank),
+      layout_(layout),
+      device_blocks_(device_blocks),
+      request_timeout_(seconds_to_duration(config.server.request_timeout_s)) {
   const uint32_t blocks = device_blocks + kScratchChunks * max_blocks_per_chunk(layout);
   arena_ = std::make_unique<SharedKvArena>(layout, blocks, "rank" + std::to_string(rank));
   caches_ = arena_->addresses(device_blocks);
@@ -30,17 +34,27 @@ ServerWorkerConnector::ServerWorkerConnector(uint32_t rank, const KvLayout& layo
                                                   arena_->registration(rank));
 }
 
-ServerWorkerConnector::~ServerWorkerConnector() {
+RemoteWorkerConnector::~RemoteWorkerConnector() {
   // The client resolves what is outstanding and goes first; the server may still hold a
   // mapping of the arena (F7 retention) — unlinking the name does not unmap its copy.
   client_.reset();
 }
 
-uint32_t ServerWorkerConnector::scratch_block(uint32_t group, uint32_t scratch, uint32_t i) const {
+void RemoteWorkerConnector::copy_block(uint32_t group, uint32_t from, uint32_t to) {
+  const KvGroup& g = layout_.groups.at(group);
+  const bool per_layer = layout_.device_layout == DeviceLayout::kPerLayer;
+  const size_t bytes = per_layer ? g.layer_block_bytes() : g.block_bytes();
+  for (DeviceAddress base : all_.groups.at(group).bases) {
+    auto* p = reinterpret_cast<std::byte*>(base);
+    std::memcpy(p + size_t{to} * bytes, p + size_t{from} * bytes, bytes);
+  }
+}
+
+uint32_t RemoteWorkerConnector::scratch_block(uint32_t group, uint32_t scratch, uint32_t i) const {
   return device_blocks_ + scratch * layout_.groups[group].blocks_per_chunk + i;
 }
 
-std::optional<uint32_t> ServerWorkerConnector::take_scratch(uint32_t group) {
+std::optional<uint32_t> RemoteWorkerConnector::take_scratch(uint32_t group) {
   std::vector<bool>& busy = scratch_busy_[group];
   for (uint32_t s = 0; s < busy.size(); ++s) {
     if (!busy[s]) {
@@ -51,7 +65,7 @@ std::optional<uint32_t> ServerWorkerConnector::take_scratch(uint32_t group) {
   return std::nullopt;
 }
 
-void ServerWorkerConnector::submit(const TransferJob& t, Direction direction) {
+void RemoteWorkerConnector::submit(const TransferJob& t, Direction direction) {
   Job job{.direction = direction};
   job.blocks.resize(layout_.groups.size());
   if (t.keys.size() != t.chunks.size()) {
@@ -63,7 +77,8 @@ void ServerWorkerConnector::submit(const TransferJob& t, Direction direction) {
   for (size_t i = 0; i < t.chunks.size() && job.failed_now.empty(); ++i) {
     const ChunkTransfer& c = t.chunks[i];
     if (c.group >= layout_.groups.size()) {
-      throw std::invalid_argument("job " + std::to_string(t.job) + ": group " + std::to_string(c.group));
+      throw std::invalid_argument("job " + std::to_string(t.job) + ": group " +
+                                  std::to_string(c.group));
     }
     const ChunkKey key = rank_key(t.keys[i], rank_);
     job.blocks[c.group].insert(job.blocks[c.group].end(), c.blocks.begin(), c.blocks.end());
@@ -84,7 +99,8 @@ void ServerWorkerConnector::submit(const TransferJob& t, Direction direction) {
     }
     job.copies.push_back(ScratchCopy{
         .group = c.group, .scratch = *scratch, .first_block = c.first_block, .to = c.blocks});
-    job.parts.push_back(client_->retrieve(t.job, c.group, {key}, {std::move(whole)}, 0, load_hook_));
+    job.parts.push_back(
+        client_->retrieve(t.job, c.group, {key}, {std::move(whole)}, 0, load_hook_));
   }
   for (uint32_t g = 0; g < layout_.groups.size() && job.failed_now.empty(); ++g) {
     if (keys[g].empty()) continue;
@@ -96,7 +112,7 @@ void ServerWorkerConnector::submit(const TransferJob& t, Direction direction) {
   jobs_.emplace(t.job, std::move(job));
 }
 
-void ServerWorkerConnector::start_load(const StepMetadata& metadata) {
+void RemoteWorkerConnector::start_load(const StepMetadata& metadata) {
   // F10: the stores named read blocks that this step's forward pass may write.
   for (JobId id : metadata.flush) {
     auto it = jobs_.find(id);
@@ -106,11 +122,11 @@ void ServerWorkerConnector::start_load(const StepMetadata& metadata) {
   for (const TransferJob& t : metadata.loads) submit(t, Direction::kLoad);
 }
 
-void ServerWorkerConnector::queue_stores(const StepMetadata& metadata) {
+void RemoteWorkerConnector::queue_stores(const StepMetadata& metadata) {
   for (const TransferJob& t : metadata.stores) submit(t, Direction::kStore);
 }
 
-void ServerWorkerConnector::finish(JobId id, Job& job) {
+void RemoteWorkerConnector::finish(JobId id, Job& job) {
   Outcome outcome = Outcome::kCompleted;
   std::string error = job.failed_now;
   if (!error.empty()) outcome = Outcome::kFailed;
@@ -126,12 +142,17 @@ void ServerWorkerConnector::finish(JobId id, Job& job) {
   for (const ScratchCopy& c : job.copies) {
     if (outcome == Outcome::kCompleted) {
       for (size_t i = 0; i < c.to.size(); ++i) {
-        copy_block(layout_, all_, c.group, scratch_block(c.group, c.scratch, c.first_block + static_cast<uint32_t>(i)),
+        copy_block(c.group,
+                   scratch_block(c.group, c.scratch, c.first_block + static_cast<uint32_t>(i)),
                    c.to[i]);
       }
     }
     // F7: a server copy may still write an Unprovable load's scratch: never reuse it.
-    if (outcome != Outcome::kUnprovable) scratch_busy_[c.group][c.scratch] = false;
+    if (outcome != Outcome::kUnprovable) {
+      scratch_busy_[c.group][c.scratch] = false;
+    } else {
+      ++scratch_retained_;
+    }
   }
   if (outcome == Outcome::kUnprovable && fail_stop_reason_.empty()) {
     fail_stop_reason_ = "job " + std::to_string(id) + " is unprovable: " + error;
@@ -141,11 +162,11 @@ void ServerWorkerConnector::finish(JobId id, Job& job) {
       invalid_[g].insert(invalid_[g].end(), job.blocks[g].begin(), job.blocks[g].end());  // F4
     }
   }
-  finished_.push_back(JobVerdict{.job = id, .outcome = outcome,
-                                 .error = outcome == Outcome::kCompleted ? "" : error});
+  finished_.push_back(JobVerdict{
+      .job = id, .outcome = outcome, .error = outcome == Outcome::kCompleted ? "" : error});
 }
 
-void ServerWorkerConnector::collect() {
+void RemoteWorkerConnector::collect() {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     const bool ready = std::ranges::all_of(it->second.parts, [](auto& f) {
       return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -159,18 +180,58 @@ void ServerWorkerConnector::collect() {
   }
 }
 
-WorkerOutput ServerWorkerConnector::take_output() {
+WorkerOutput RemoteWorkerConnector::take_output() {
   collect();
   WorkerOutput out{.rank = rank_};
   out.finished = std::move(finished_);
   finished_.clear();
   out.invalid_blocks = std::move(invalid_);
   invalid_.assign(layout_.groups.size(), {});
-  out.fail_stop = client_->fail_stopped() || !fail_stop_reason_.empty();
+  out.fail_stop = fail_stopped();
   out.fail_stop_reason = !fail_stop_reason_.empty() ? fail_stop_reason_
-                         : out.fail_stop         ? "cache server client fail-stopped"
-                                                 : "";
+                         : out.fail_stop            ? "cache server client fail-stopped"
+                                                    : "";
   return out;
+}
+
+bool RemoteWorkerConnector::fail_stopped() const {
+  return client_->fail_stopped() || !fail_stop_reason_.empty();
+}
+
+Status RemoteWorkerConnector::audit() const {
+  if (!jobs_.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "remote worker audit: " + std::to_string(jobs_.size()) + " jobs in flight");
+  }
+  size_t busy = 0;
+  for (const auto& group : scratch_busy_)
+    busy += static_cast<size_t>(std::ranges::count(group, true));
+  if (busy != scratch_retained_) {
+    return make_error(ErrorCode::kInternal,
+                      "remote worker audit: " + std::to_string(busy) + " scratch chunks busy, " +
+                          std::to_string(scratch_retained_) + " retained by Unprovable loads");
+  }
+  // kvtierd's side: its cache is consistent, and every request of this rank was answered
+  // (an Unprovable one may still copy there, F7).
+  std::future<Result<server::Reply>> reply = client_->stats();
+  if (reply.wait_for(request_timeout_) != std::future_status::ready) {
+    return make_error(ErrorCode::kUnavailable, "remote worker audit: kvtierd sent no STATS");
+  }
+  const Result<server::Reply> stats = reply.get();
+  if (!stats) {
+    return make_error(ErrorCode::kUnavailable,
+                      "remote worker audit: kvtierd STATS: " + stats.error().message);
+  }
+  if (stats->field("cache_audit_ok") != 1) {
+    return make_error(ErrorCode::kInternal, "remote worker audit: kvtierd's cache audit failed");
+  }
+  const uint64_t in_flight = stats->field("client_transfers_in_flight");
+  if (in_flight != 0 && !fail_stopped()) {
+    return make_error(ErrorCode::kInternal,
+                      "remote worker audit: no job in flight, but kvtierd has " +
+                          std::to_string(in_flight) + " transfers of this rank in flight");
+  }
+  return {};
 }
 
 }  // namespace kvtier

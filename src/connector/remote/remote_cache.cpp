@@ -1,4 +1,4 @@
-#include "kvtier/engine/server_cache.h"
+#include "kvtier/connector/remote_cache.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
@@ -24,7 +25,8 @@ SharedKvArena::SharedKvArena(const KvLayout& layout, uint32_t num_blocks,
   const bool per_layer = layout.device_layout == DeviceLayout::kPerLayer;
   for (const KvGroup& g : layout.groups) {
     server::GroupTensors tensors{.num_blocks = num_blocks};
-    const size_t tensor = size_t{num_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
+    const size_t tensor =
+        size_t{num_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
     for (size_t i = 0; i < (per_layer ? g.layers : 1); ++i) {
       tensors.offsets.push_back(bytes_);
       bytes_ += tensor;
@@ -32,7 +34,8 @@ SharedKvArena::SharedKvArena(const KvLayout& layout, uint32_t num_blocks,
     groups_.push_back(std::move(tensors));
   }
   const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) throw std::runtime_error("shared KV memory: cannot create " + name_ + ": " + strerror(errno));
+  if (fd < 0)
+    throw std::runtime_error("shared KV memory: cannot create " + name_ + ": " + strerror(errno));
   if (ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
     close(fd);
     shm_unlink(name_.c_str());
@@ -64,21 +67,11 @@ KvCacheAddresses SharedKvArena::addresses(uint32_t visible_blocks) const {
   KvCacheAddresses caches;
   for (const server::GroupTensors& g : groups_) {
     GroupCacheAddresses group{.num_blocks = visible_blocks};
-    for (uint64_t offset : g.offsets) group.bases.push_back(reinterpret_cast<DeviceAddress>(base_ + offset));
+    for (uint64_t offset : g.offsets)
+      group.bases.push_back(reinterpret_cast<DeviceAddress>(base_ + offset));
     caches.groups.push_back(std::move(group));
   }
   return caches;
-}
-
-void copy_block(const KvLayout& layout, const KvCacheAddresses& caches, uint32_t group,
-                uint32_t from, uint32_t to) {
-  const KvGroup& g = layout.groups.at(group);
-  const bool per_layer = layout.device_layout == DeviceLayout::kPerLayer;
-  const size_t bytes = per_layer ? g.layer_block_bytes() : g.block_bytes();
-  for (DeviceAddress base : caches.groups.at(group).bases) {
-    auto* p = reinterpret_cast<std::byte*>(base);
-    std::memcpy(p + size_t{to} * bytes, p + size_t{from} * bytes, bytes);
-  }
 }
 
 }  // namespace kvtier

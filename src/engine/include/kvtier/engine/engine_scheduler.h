@@ -27,6 +27,7 @@
 #include "kvtier/cache/cache_manager.h"
 #include "kvtier/connector/scheduler_connector.h"
 #include "kvtier/core/config.h"
+#include "kvtier/core/counter_kind.h"
 #include "kvtier/engine/block_pool.h"
 #include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/progress_watchdog.h"
@@ -55,24 +56,39 @@ struct RequestUpdate {
   std::string error;          // non-empty: the request ended with this error
   bool rejected = false;      // with `error`: the request is invalid as sent (never queued)
   size_t prompt_tokens = 0;
-  size_t cached_tokens = 0;   // prompt tokens not computed: device prefix cache + kvtier
+  size_t cached_tokens = 0;  // prompt tokens not computed: device prefix cache + kvtier
 };
 
 struct EngineCounters {
   uint64_t requests_admitted = 0;
   uint64_t prompt_tokens = 0;
-  uint64_t device_hit_tokens = 0;   // prompt tokens found in the device prefix cache
-  uint64_t kvtier_hit_tokens = 0;   // prompt tokens loaded by the connector
-  uint64_t recomputed_tokens = 0;   // tokens of failed loads computed again (F4)
+  uint64_t device_hit_tokens = 0;  // prompt tokens found in the device prefix cache
+  uint64_t kvtier_hit_tokens = 0;  // prompt tokens loaded by the connector
+  uint64_t recomputed_tokens = 0;  // tokens of failed loads computed again (F4)
   uint64_t generated_tokens = 0;
   uint64_t preemptions = 0;
   uint64_t steps = 0;
-  uint64_t cache_events = 0;        // stored / removed events of the host cache
+  uint64_t cache_events = 0;  // stored / removed events of the host cache
   size_t running = 0;
   size_t waiting = 0;
 };
-
-class ServerCacheIndex;
+// f(name, value, kind) for every field (counter_kind.h): the request counts are gauges, the
+// rest counters. The names are the heartbeat's, without its "_total" (heartbeat_counters.h).
+template <class F>
+void visit_counters(const EngineCounters& c, F&& f) {
+  using enum CounterKind;
+  f("requests_admitted", c.requests_admitted, kCounter);
+  f("prompt_tokens", c.prompt_tokens, kCounter);
+  f("device_prefix_hit_tokens", c.device_hit_tokens, kCounter);
+  f("kvtier_hit_tokens", c.kvtier_hit_tokens, kCounter);
+  f("recomputed_tokens", c.recomputed_tokens, kCounter);
+  f("generated_tokens", c.generated_tokens, kCounter);
+  f("preemptions", c.preemptions, kCounter);
+  f("steps", c.steps, kCounter);
+  f("cache_events", c.cache_events, kCounter);
+  f("requests_running", uint64_t{c.running}, kGauge);
+  f("requests_waiting", uint64_t{c.waiting}, kGauge);
+}
 
 class EngineScheduler {
  public:
@@ -101,8 +117,8 @@ class EngineScheduler {
   EngineCounters counters() const;
   std::optional<ConnectorCounters> connector_counters() const;
   std::optional<CacheCounters> cache_counters() const;
-  // H7: what of the cache is down (`cache.mode: server`: kvtierd unreachable); empty when all
-  // is well.
+  // H7: what of the cache is down (`cache.mode: server`: kvtierd unreachable, a tier below it
+  // down); empty when all is well.
   std::vector<std::string> degraded() const;
 
  private:
@@ -123,8 +139,9 @@ class EngineScheduler {
   const Config config_;
   const EngineShape shape_;
   BlockPool blocks_;
-  std::unique_ptr<CacheManager> cache_;               // cache.mode: local
-  std::unique_ptr<ServerCacheIndex> server_index_;  // cache.mode: server
+  // The connector's scheduler side (ConnectorFactory); all null when connector.enabled is false.
+  std::unique_ptr<CacheManager> cache_;  // cache.mode: local
+  std::unique_ptr<CacheIndex> index_;
   std::unique_ptr<SchedulerConnector> connector_;
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;

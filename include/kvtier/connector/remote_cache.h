@@ -1,5 +1,5 @@
-// What the engine core and its workers share when `cache.mode: server` (kvtierd holds the
-// cache): the per-rank keys and the KV memory a rank registers with the server.
+// What the scheduler side and the worker sides of kvtierd's connector (`cache.mode: server`)
+// share: the per-rank keys and the KV memory a client registers with the server.
 //
 // kvtierd keys chunks globally, and every rank holds only its share of a chunk, so each rank
 // stores and retrieves its share under rank_key(key, rank); a chunk is a hit when every rank's
@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kvtier/core/chunk_key.h"
 #include "kvtier/core/kv_layout.h"
@@ -46,9 +47,5 @@ class SharedKvArena {
   std::byte* base_ = nullptr;
   std::vector<server::GroupTensors> groups_;
 };
-
-// Copies block `from` to block `to` of group `group` in `caches` (every layer), in this process.
-void copy_block(const KvLayout& layout, const KvCacheAddresses& caches, uint32_t group,
-                uint32_t from, uint32_t to);
 
 }  // namespace kvtier

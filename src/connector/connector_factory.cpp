@@ -1,0 +1,129 @@
+#include "kvtier/connector/connector_factory.h"
+
+#include <stdexcept>
+#include <utility>
+
+#include "kvtier/cache/host_pool.h"
+#include "kvtier/connector/local_worker_connector.h"
+#include "kvtier/connector/remote_cache_index.h"
+#include "kvtier/connector/remote_worker_connector.h"
+
+namespace kvtier {
+namespace {
+
+// The local worker side as an engine gets it: the rank's KV caches and its share of the host
+// pool, allocated on its device, and the LocalWorkerConnector over them.
+class OwningLocalWorker final : public WorkerConnector {
+ public:
+  OwningLocalWorker(const Config& config, const ConnectorShape& shape, const WorkerSetup& setup)
+      : device_(*setup.device), connector_(setup.rank) {
+    const bool per_layer = shape.layout.device_layout == DeviceLayout::kPerLayer;
+    for (const KvGroup& g : shape.layout.groups) {
+      GroupCacheAddresses group{.num_blocks = setup.device_blocks};
+      const size_t bytes =
+          size_t{setup.device_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
+      for (size_t i = 0; i < (per_layer ? g.layers : 1); ++i) {
+        group.bases.push_back(device_.allocate(bytes));
+      }
+      caches_.groups.push_back(std::move(group));
+    }
+    auto pool = HostPool::create(device_, shape.layout.max_chunk_bytes(), shape.host_slots);
+    if (!pool) {
+      free_caches();
+      throw std::runtime_error("host pool: " + pool.error().message);
+    }
+    pool_ = std::move(*pool);
+    connector_.register_kv_caches(
+        device_, shape.layout, caches_,
+        HostSlots{pool_->slot_address(0), pool_->slot_bytes(), shape.host_slots},
+        setup.compute_stream, transfer_options(config.transfer));
+  }
+  // The connector (its TransferEngine) goes first, then the pool, then the caches; the device
+  // drained before (WorkerConnector's contract).
+  ~OwningLocalWorker() override {
+    connector_ = LocalWorkerConnector(connector_.rank());
+    pool_.reset();
+    free_caches();
+  }
+
+  uint32_t rank() const override { return connector_.rank(); }
+  const KvCacheAddresses& kv_caches() const override { return caches_; }
+  void start_load(const StepMetadata& metadata) override { connector_.start_load(metadata); }
+  void queue_stores(const StepMetadata& metadata) override { connector_.queue_stores(metadata); }
+  WorkerOutput take_output() override { return connector_.take_output(); }
+  bool fail_stopped() const override { return connector_.fail_stopped(); }
+  size_t in_flight() const override { return connector_.in_flight(); }
+  Status audit() const override { return connector_.audit(); }
+
+ private:
+  void free_caches() {
+    for (const GroupCacheAddresses& g : caches_.groups) {
+      for (DeviceAddress base : g.bases) device_.free(base);
+    }
+    caches_.groups.clear();
+  }
+
+  Device& device_;
+  KvCacheAddresses caches_;
+  std::unique_ptr<HostPool> pool_;
+  LocalWorkerConnector connector_;
+};
+
+}  // namespace
+
+ConnectorFactory::ConnectorFactory(Config config, ConnectorShape shape)
+    : config_(std::move(config)), shape_(std::move(shape)) {
+  if (Status s = config_.validate(); !s) throw std::invalid_argument(s.error().message);
+  if (Status s = shape_.layout.validate(); !s) throw std::invalid_argument(s.error().message);
+  if (shape_.world_size == 0) throw std::invalid_argument("ConnectorFactory: world_size 0");
+  if (config_.cache.mode == CacheMode::kLocal && shape_.host_slots == 0) {
+    throw std::invalid_argument("ConnectorFactory: a local cache needs host slots");
+  }
+}
+
+SchedulerSide ConnectorFactory::scheduler_side() const {
+  SchedulerSide side;
+  if (!config_.connector.enabled) return side;
+  switch (config_.cache.mode) {
+    case CacheMode::kLocal: {
+      Result<std::unique_ptr<EvictionPolicy>> policy =
+          make_eviction_policy(config_.cache.eviction, shape_.host_slots);
+      if (!policy) throw std::invalid_argument(policy.error().message);
+      side.cache = std::make_unique<CacheManager>(
+          shape_.host_slots, shape_.layout.max_chunk_bytes(), std::move(*policy));
+      side.index = std::make_unique<LocalCacheIndex>(*side.cache);
+      break;
+    }
+    case CacheMode::kServer:
+      side.index = std::make_unique<RemoteCacheIndex>(config_, shape_.layout, shape_.world_size);
+      break;
+  }
+  side.connector = std::make_unique<SchedulerConnector>(
+      scheduler_options(config_, shape_.world_size, shape_.layout, shape_.model), *side.index);
+  return side;
+}
+
+std::unique_ptr<WorkerConnector> ConnectorFactory::worker(const WorkerSetup& setup) const {
+  if (setup.rank >= shape_.world_size) {
+    throw std::invalid_argument("ConnectorFactory: rank " + std::to_string(setup.rank) +
+                                " of world_size " + std::to_string(shape_.world_size));
+  }
+  const CacheMode mode = config_.connector.enabled ? config_.cache.mode : CacheMode::kLocal;
+  switch (mode) {
+    case CacheMode::kLocal:
+      if (setup.device == nullptr) {
+        throw std::invalid_argument("ConnectorFactory: a local cache's worker needs a device");
+      }
+      return std::make_unique<OwningLocalWorker>(config_, shape_, setup);
+    case CacheMode::kServer: {
+      auto remote = std::make_unique<RemoteWorkerConnector>(setup.rank, shape_.layout,
+                                                            setup.device_blocks, config_);
+      // A server that is not up yet only makes this rank's loads and stores fail (H7).
+      remote->wait_until_ok(seconds_to_duration(config_.server.connect_timeout_s));
+      return remote;
+    }
+  }
+  throw std::logic_error("ConnectorFactory: unknown cache mode");
+}
+
+}  // namespace kvtier

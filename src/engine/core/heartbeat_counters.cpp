@@ -1,0 +1,37 @@
+#include "kvtier/engine/heartbeat_counters.h"
+
+#include <string>
+#include <string_view>
+
+namespace kvtier {
+namespace {
+
+// A visitor that adds each counter as prefix + name, with "_total" after a counter's name.
+auto add_to(HeartbeatCounters& out, std::string_view prefix) {
+  return [&out, prefix](std::string_view name, uint64_t value, CounterKind kind) {
+    std::string key = std::string(prefix) + std::string(name);
+    if (kind == CounterKind::kCounter) key += "_total";
+    out.values[key] = value;
+    out.kinds[key] = std::string(to_string(kind));
+  };
+}
+
+}  // namespace
+
+HeartbeatCounters heartbeat_counters(const EngineCounters& engine,
+                                     const std::optional<ConnectorCounters>& connector,
+                                     const std::optional<CacheCounters>& cache) {
+  HeartbeatCounters out;
+  visit_counters(engine, add_to(out, ""));
+  if (connector) visit_counters(*connector, add_to(out, "kvtier_"));
+  if (cache) {
+    const auto host = add_to(out, "kvtier_host_");
+    const auto quarantine = add_to(out, "kvtier_");  // kvtier_quarantined_bytes, as it was named
+    visit_counters(*cache, [&](std::string_view name, uint64_t value, CounterKind kind) {
+      (name == "quarantined_bytes" ? quarantine : host)(name, value, kind);
+    });
+  }
+  return out;
+}
+
+}  // namespace kvtier

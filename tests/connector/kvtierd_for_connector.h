@@ -1,0 +1,42 @@
+// A real kvtierd (`kvtier server`) sized for one rank's KV layout, and the config that points
+// the connector at it (`cache.mode: server`). Used by the connector's and the engine's tests.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvtier/core/config.h"
+#include "kvtier/core/kv_layout.h"
+#include "server/kvtierd_process.h"
+
+namespace kvtier::testing {
+
+constexpr double kServerHeartbeatS = 0.1;  // client PINGs: kvtierd's death is seen within 0.2 s
+
+// One rank's share of a chunk of `group` fits a slot of this kvtierd.
+inline std::unique_ptr<KvtierdProcess> start_kvtierd(const KvGroup& g, const std::string& endpoint,
+                                                     bool test_hooks = false) {
+  return std::make_unique<KvtierdProcess>(
+      endpoint,
+      std::vector<std::string>{"layout.layers=" + std::to_string(g.layers),
+                               "layout.kv_heads=" + std::to_string(g.kv_heads),
+                               "layout.head_dim=" + std::to_string(g.head_dim),
+                               "layout.dtype_bytes=" + std::to_string(g.dtype_bytes),
+                               "layout.block_size=" + std::to_string(g.block_size),
+                               "layout.blocks_per_chunk=" + std::to_string(g.blocks_per_chunk),
+                               "cache.host_bytes=" + std::to_string(64ull << 20),
+                               "server.heartbeat_interval_s=" + std::to_string(kServerHeartbeatS),
+                               "server.client_timeout_s=2"},
+      test_hooks);
+}
+
+inline Config server_mode(Config c, const std::string& endpoint) {
+  c.cache.mode = CacheMode::kServer;
+  c.server.endpoint = endpoint;
+  c.server.heartbeat_interval_s = kServerHeartbeatS;
+  c.server.connect_timeout_s = 10;
+  return c;
+}
+
+}  // namespace kvtier::testing
