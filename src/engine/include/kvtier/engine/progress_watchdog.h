@@ -1,5 +1,5 @@
 // ProgressWatchdog: rule H8 (progress) for one engine core. The core hands it a snapshot of its
-// scheduler after every loop turn; it answers with the reason once the core has stopped making
+// scheduler at every heartbeat; it answers with the reason once the core has stopped making
 // progress, and the core then fails (docs/engine.md "Health").
 //
 // Progress of a request is its high-water mark: the most tokens whose KV it ever had computed
