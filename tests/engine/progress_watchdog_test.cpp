@@ -33,6 +33,18 @@ TEST_F(Watchdog, H8_RunningRequestThatComputesNothingIsReportedAfterTheTimeout) 
   EXPECT_NE(reason->find("while running"), std::string::npos) << *reason;
 }
 
+TEST_F(Watchdog, H8_ARequestFirstSeenWithComputedTokensIsProgress) {
+  // Snapshots come at the heartbeat's pace: r1 arrived and computed 16 tokens in between. The
+  // stall is then the request's, named as such, and not reported early as the core's.
+  EXPECT_FALSE(at(0s, ProgressSnapshot{}));
+  EXPECT_FALSE(at(1s, one(16, true)));
+  EXPECT_FALSE(at(1s, one(16, true)));
+  EXPECT_FALSE(at(1s, one(16, true)));  // the timeout since its tokens: not yet
+  const auto reason = at(10ms, one(16, true));
+  ASSERT_TRUE(reason);
+  EXPECT_NE(reason->find("request r1"), std::string::npos) << *reason;
+}
+
 TEST_F(Watchdog, H8_ARisingMarkIsProgress) {
   for (uint64_t mark = 16; mark < 40; ++mark) EXPECT_FALSE(at(1s, one(mark, true)));
 }

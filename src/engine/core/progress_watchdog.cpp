@@ -27,7 +27,9 @@ std::optional<std::string> ProgressWatchdog::observe(TimePoint now,
     present.insert(r.id);
     auto [it, added] = requests_.try_emplace(r.id, Tracked{.mark = r.mark});
     Tracked& t = it->second;
-    if (!added && r.mark > t.mark) {
+    if (added && r.mark > 0) {
+      progressed = true;  // arrived and computed tokens since the last snapshot
+    } else if (!added && r.mark > t.mark) {
       progressed = true;
       t.mark = r.mark;
       t.stalled = Duration{0};

@@ -4,7 +4,9 @@
 //
 // Progress of a request is its high-water mark: the most tokens whose KV it ever had computed
 // (prefill chunks and decode steps raise it; recomputing after a preemption does not). The
-// core progresses when any request's mark rises or a request ends.
+// core progresses when any request's mark rises, a request first seen has computed tokens
+// (snapshots come at the heartbeat's pace, so a request may arrive and compute in between), or
+// a request ends.
 //
 // Reported (each once the time passes `timeout`):
 // - a request that is running (admitted, not loading) and whose mark does not rise; only time
