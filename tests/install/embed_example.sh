@@ -4,7 +4,7 @@
 # Usage: embed_example.sh EXAMPLE_DIR WORK_DIR PREFIX CMAKE MAKE_PROGRAM CXX [CXXFLAGS]
 set -eu
 example=$1 work=$2 prefix=$3 cmake=$4 make_program=$5 cxx=$6 flags=${7:-}
-rm -rf "$work"
+rm -rf "$work" "$work-static"
 "$cmake" -S "$example" -B "$work" -G Ninja -DCMAKE_MAKE_PROGRAM="$make_program" \
   -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CXX_FLAGS="-Wall -Wextra -Wpedantic $flags" \
   -DCMAKE_COMPILE_WARNING_AS_ERROR=ON -DCMAKE_BUILD_TYPE=Debug \
@@ -18,3 +18,8 @@ case "$found" in
 esac
 "$cmake" --build "$work"
 "$work/kvtier_embed"
+# The static package (COMPONENTS static) must configure too: its targets and the libraries it
+# finds for them. (Install.PkgConfig links libkvtier.a.)
+"$cmake" -S "$example" -B "$work-static" -G Ninja -DCMAKE_MAKE_PROGRAM="$make_program" \
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+  -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF -DKVTIER_EMBED_TARGET=kvtier::kvtier_static >/dev/null
