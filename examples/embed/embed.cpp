@@ -169,7 +169,7 @@ int main() {
                                            .num_computed_after_step = n}},
                          [&] { rank.forward(prompt, a_blocks, 0, n); });
   // a finished: its blocks may be freed once the connector released it (stores still read them).
-  bool a_released = sched.request_finished("a");
+  bool a_released = !sched.request_finished("a");  // true: no transfer reads its blocks
   while (!a_released || sched.counters().jobs_in_flight > 0) {
     if (out.fail_stop) return fail("fail-stop (F7): " + sched.fail_stop_reason());
     for (const RequestId& r : out.released) a_released |= r == "a";
@@ -219,11 +219,15 @@ int main() {
       step({ScheduledRequest{
                .id = "b", .tokens = prompt, .num_prompt_tokens = n, .num_computed_after_step = n}},
            [&] { rank.forward(prompt, b_blocks, b_computed, n); });
-  bool b_released = sched.request_finished("b");
+  bool b_released = !sched.request_finished("b");
   while (!b_released || sched.counters().jobs_in_flight > 0 || worker.in_flight() > 0) {
     if (out.fail_stop) return fail("fail-stop (F7): " + sched.fail_stop_reason());
     for (const RequestId& r : out.released) b_released |= r == "b";
-    if (timed_out()) return fail("b never released");
+    if (timed_out()) {
+      return fail("b never released: released " + std::to_string(b_released) + ", jobs " +
+                  std::to_string(sched.counters().jobs_in_flight) + ", worker " +
+                  std::to_string(worker.in_flight()));
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     out = idle_step();
   }
