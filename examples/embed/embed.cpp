@@ -136,8 +136,10 @@ int main() {
   Rank rank(config, layout);
   WorkerConnector& worker = rank.connector();
 
-  // One engine step. The forward pass (`compute`) is enqueued between start_load and
-  // queue_stores: the loads start before it, this step's stores read what it writes.
+  // One engine step. A ScheduledRequest's new_blocks are the blocks the connector has not seen
+  // yet (none here: update_state_after_alloc was given each request's table). The forward pass
+  // (`compute`) is enqueued between start_load and queue_stores: the loads start before it, this
+  // step's stores read what it writes.
   uint64_t step_no = 0;
   auto step = [&](std::vector<ScheduledRequest> requests, const auto& compute) {
     const StepMetadata meta =
@@ -162,12 +164,10 @@ int main() {
     return fail("a matched on an empty cache");
   const std::vector<uint32_t> a_blocks = {0, 1, 2, 3, 4};
   sched.update_state_after_alloc("a", GroupBlocks{a_blocks}, 0);
-  StepOutcome out = step({ScheduledRequest{.id = "a",
-                                           .tokens = prompt,
-                                           .num_prompt_tokens = n,
-                                           .new_blocks = GroupBlocks{a_blocks},
-                                           .num_computed_after_step = n}},
-                         [&] { rank.forward(prompt, a_blocks, 0, n); });
+  StepOutcome out =
+      step({ScheduledRequest{
+               .id = "a", .tokens = prompt, .num_prompt_tokens = n, .num_computed_after_step = n}},
+           [&] { rank.forward(prompt, a_blocks, 0, n); });
   // a finished: its blocks may be freed once the connector released it (stores still read them).
   bool a_released = !sched.request_finished("a");  // true: no transfer reads its blocks
   while (!a_released || sched.counters().jobs_in_flight > 0) {
