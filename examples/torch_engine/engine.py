@@ -103,11 +103,11 @@ class EngineWorker:
         if self.connector is not None:
             timed(self.connector.start_load, metadata)
         logits = self.model.forward(batch, self.kv_caches) if batch else None
-        output = None
+        outputs = []
         if self.connector is not None:
             timed(self.connector.queue_stores, metadata)
-            output = timed(self.connector.take_output)
-        return logits, output
+            outputs.append(timed(self.connector.take_output))
+        return logits, outputs
 
     def drain(self):
         if self.connector is not None:
@@ -129,16 +129,32 @@ class Engine:
         block_size: int = 4,
         kvtier_config: Optional[kvtier.Config] = None,
         model_name: str = "torch-tiny",
+        world_size: int = 1,
+        run_dir: Optional[str] = None,
     ):
+        """`world_size` > 1: one rank process each (tp.py), gloo for the all-reduce; `run_dir`
+        (a fresh directory) holds their rendezvous file."""
         self.model = model if model is not None else TinyDecoder()
         self.block_size = block_size
         self.config = kvtier_config
         if kvtier_config is not None and not kvtier_config.connector_enabled:
             self.config = None
+        if self.config is not None:
+            # kvtier's layout is what one rank holds: its share of the KV heads.
+            self.config = self.config.with_overrides(
+                [f"layout.kv_heads={self.model.config.kv_heads // world_size}"])
         self.connector = (
-            kvtier.Scheduler(self.config, model=model_name) if self.config is not None else None
+            kvtier.Scheduler(self.config, model=model_name, world_size=world_size)
+            if self.config is not None
+            else None
         )
-        self.worker = EngineWorker(self.model, num_blocks, block_size, self.config)
+        if world_size == 1:
+            self.worker = EngineWorker(self.model, num_blocks, block_size, self.config)
+        else:
+            from .tp import ProcessWorkers
+
+            self.worker = ProcessWorkers(self.model.config, num_blocks, block_size, self.config,
+                                         world_size, run_dir)
         self.free_blocks = list(range(num_blocks))
         self.requests: Dict[str, Request] = {}
         self.waiting: List[Request] = []
@@ -218,7 +234,7 @@ class Engine:
                     for r in running
                 ],
             )
-        logits, output = self.worker.execute(metadata, batch, self._timed)
+        logits, outputs = self.worker.execute(metadata, batch, self._timed)
         now = time.perf_counter()
         for r, lg in zip(running, logits if logits is not None else []):
             self.stats.computed_tokens += len(r.tokens) - r.num_computed
@@ -232,7 +248,7 @@ class Engine:
             if len(r.generated) == r.max_tokens:
                 self._finish(r)
         if self.connector is not None:
-            outcome = self._timed(self.connector.update_from_worker_output, [output])
+            outcome = self._timed(self.connector.update_from_worker_output, outputs)
             for done in outcome.loads:
                 r = self.requests[done.request]
                 # F4: a failed load's request recomputes from the first block it lacks.

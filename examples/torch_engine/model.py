@@ -52,9 +52,19 @@ def _seq_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 class TinyDecoder:
-    def __init__(self, config: ModelConfig = ModelConfig()):
+    """The model, or (with world_size > 1) one tensor-parallel rank's share of it: its KV heads,
+    its query heads and its rows of the attention output projection; the attention output is
+    summed across ranks by `all_reduce` (torch.distributed's, for instance). The MLP is
+    replicated. Every rank draws the same full weights from the seed and keeps its slice."""
+
+    def __init__(self, config: ModelConfig = ModelConfig(), rank: int = 0, world_size: int = 1,
+                 all_reduce=None):
         self.config = c = config
-        assert c.q_heads % c.kv_heads == 0
+        assert c.q_heads % c.kv_heads == 0 and c.kv_heads % world_size == 0
+        assert world_size == 1 or all_reduce is not None
+        self.rank, self.world_size, self.all_reduce = rank, world_size, all_reduce
+        self.kv_heads = c.kv_heads // world_size  # this rank's
+        self.q_heads = c.q_heads // world_size
         g = torch.Generator().manual_seed(c.seed)
 
         def w(*shape, scale):
@@ -76,10 +86,16 @@ class TinyDecoder:
                 }
             )
         self.unembed = w(h, c.vocab, scale=1 / math.sqrt(h))
+        if world_size > 1:
+            q0, k0 = rank * self.q_heads * d, rank * self.kv_heads * d
+            for layer in self.layers:
+                layer["wq"] = layer["wq"][:, q0 : q0 + self.q_heads * d].contiguous()
+                layer["wk"] = layer["wk"][:, k0 : k0 + self.kv_heads * d].contiguous()
+                layer["wv"] = layer["wv"][:, k0 : k0 + self.kv_heads * d].contiguous()
+                layer["wo"] = layer["wo"][q0 : q0 + self.q_heads * d, :].contiguous()
 
     def kv_cache_shape(self, num_blocks: int, block_size: int) -> tuple:
-        c = self.config
-        return (num_blocks, 2, block_size, c.kv_heads, c.head_dim)
+        return (num_blocks, 2, block_size, self.kv_heads, self.config.head_dim)
 
     @staticmethod
     def _norm(x: torch.Tensor) -> torch.Tensor:
@@ -105,9 +121,9 @@ class TinyDecoder:
         x = self.embed[ids] + self.pos[positions]
         for layer, kv in zip(self.layers, kv_caches):
             hn = self._norm(x)
-            q = (hn @ layer["wq"]).view(-1, c.q_heads, c.head_dim)
-            k = (hn @ layer["wk"]).view(-1, c.kv_heads, c.head_dim)
-            v = (hn @ layer["wv"]).view(-1, c.kv_heads, c.head_dim)
+            q = (hn @ layer["wq"]).view(-1, self.q_heads, c.head_dim)
+            k = (hn @ layer["wk"]).view(-1, self.kv_heads, c.head_dim)
+            v = (hn @ layer["wv"]).view(-1, self.kv_heads, c.head_dim)
             kv[blocks, 0, offsets] = k
             kv[blocks, 1, offsets] = v
             outs, row = [], 0
@@ -115,7 +131,10 @@ class TinyDecoder:
                 n = e.end - e.start
                 outs.append(self._attend(q[row : row + n], kv, e, block_size))
                 row += n
-            x = x + torch.cat(outs) @ layer["wo"]
+            attn = torch.cat(outs) @ layer["wo"]
+            if self.world_size > 1:
+                self.all_reduce(attn)  # in place: the sum over every rank's heads
+            x = x + attn
             x = x + torch.relu(self._norm(x) @ layer["w1"]) @ layer["w2"]
         last = torch.cumsum(torch.tensor([e.end - e.start for e in batch]), 0) - 1
         return self._norm(x[last]) @ self.unembed
@@ -125,9 +144,9 @@ class TinyDecoder:
         length = e.end  # keys [0, end): the request's context once this step wrote its KV
         nblocks = (length + block_size - 1) // block_size
         table = torch.as_tensor(list(e.block_table[:nblocks]), dtype=torch.long)
-        keys = kv[table, 0].reshape(-1, c.kv_heads, c.head_dim)[:length]
-        values = kv[table, 1].reshape(-1, c.kv_heads, c.head_dim)[:length]
-        group = c.q_heads // c.kv_heads
+        keys = kv[table, 0].reshape(-1, self.kv_heads, c.head_dim)[:length]
+        values = kv[table, 1].reshape(-1, self.kv_heads, c.head_dim)[:length]
+        group = self.q_heads // self.kv_heads
         keys = keys.repeat_interleave(group, dim=1)  # [L, Hq, D]
         values = values.repeat_interleave(group, dim=1)
         # scores[t, j, h] = q[t, h] . k[j, h]
