@@ -3,6 +3,7 @@
 #include <pybind11/eval.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -157,6 +158,23 @@ py::list from_group_blocks(const GroupBlocks& blocks) {
 }
 
 std::vector<TokenId> to_tokens(py::handle tokens, const char* what) {
+  // A numpy array of 32-bit token ids (or any such buffer) is copied at once.
+  if (PyObject_CheckBuffer(tokens.ptr()) && !py::isinstance<py::bytes>(tokens) &&
+      !py::isinstance<py::bytearray>(tokens)) {
+    py::buffer_info info = py::reinterpret_borrow<py::buffer>(tokens).request();
+    const bool u32 = info.format == "I" || info.format == "=I" || info.format == "<I";
+    const bool i32 = info.format == "i" || info.format == "=i" || info.format == "<i";
+    if (info.ndim == 1 && info.itemsize == 4 && (u32 || i32) &&
+        info.strides[0] == info.itemsize) {
+      const auto* p = static_cast<const TokenId*>(info.ptr);
+      std::vector<TokenId> out(p, p + info.size);
+      if (i32 && std::any_of(out.begin(), out.end(), [](TokenId t) { return t >> 31; })) {
+        throw KvError(ErrorCode::kInvalidArgument,
+                      std::string(what) + ": negative token id");
+      }
+      return out;
+    }
+  }
   try {
     // A torch tensor or numpy array of token ids converts through tolist().
     if (py::hasattr(tokens, "tolist") && !py::isinstance<py::list>(tokens)) {

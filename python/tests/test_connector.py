@@ -3,6 +3,7 @@ host device, the scheduler side's verdicts."""
 
 import pickle
 
+import numpy as np
 import pytest
 import torch
 
@@ -141,6 +142,10 @@ def test_bad_calls_are_errors_not_crashes(rig):
     assert e.value.code == "failed_precondition"
 
 
-def test_token_tensors_are_accepted(rig):
-    m = rig.scheduler.get_num_new_matched_tokens("a", torch.tensor(PROMPT), 0)
-    assert m == (0, False)
+def test_token_tensors_and_arrays_are_accepted(rig):
+    compute_and_store(rig, "a", [0, 1, 2, 3, 4])
+    for tokens in (torch.tensor(PROMPT), np.array(PROMPT, dtype=np.uint32),
+                   np.array(PROMPT, dtype=np.int32), np.array(PROMPT, dtype=np.int64)):
+        assert rig.scheduler.get_num_new_matched_tokens("b", tokens, 0) == (16, False)
+    with pytest.raises(kvtier.Error):
+        rig.scheduler.get_num_new_matched_tokens("b", np.array([1, -1], dtype=np.int32), 0)
