@@ -164,13 +164,11 @@ std::vector<TokenId> to_tokens(py::handle tokens, const char* what) {
     py::buffer_info info = py::reinterpret_borrow<py::buffer>(tokens).request();
     const bool u32 = info.format == "I" || info.format == "=I" || info.format == "<I";
     const bool i32 = info.format == "i" || info.format == "=i" || info.format == "<i";
-    if (info.ndim == 1 && info.itemsize == 4 && (u32 || i32) &&
-        info.strides[0] == info.itemsize) {
+    if (info.ndim == 1 && info.itemsize == 4 && (u32 || i32) && info.strides[0] == info.itemsize) {
       const auto* p = static_cast<const TokenId*>(info.ptr);
       std::vector<TokenId> out(p, p + info.size);
       if (i32 && std::any_of(out.begin(), out.end(), [](TokenId t) { return t >> 31; })) {
-        throw KvError(ErrorCode::kInvalidArgument,
-                      std::string(what) + ": negative token id");
+        throw KvError(ErrorCode::kInvalidArgument, std::string(what) + ": negative token id");
       }
       return out;
     }
