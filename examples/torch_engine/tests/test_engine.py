@@ -118,7 +118,8 @@ def test_F7_a_fail_stop_surfaces_as_kvtier_FailStop():
     # No copy can record its end marker: its copies cannot be proven to have stopped.
     with pytest.raises(kvtier.FailStop) as e:
         run(config("faults.record_failure_rate=1"))
-    assert "unprovable" in e.value.reason.lower() or e.value.reason
+    assert "unprovable" in e.value.reason and "store job" in e.value.reason
+    assert not isinstance(e.value, kvtier.Error)
 
 
 def test_the_engine_without_kvtier_never_builds_a_connector():
