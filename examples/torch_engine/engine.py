@@ -88,15 +88,21 @@ class EngineWorker:
     def __init__(self, model: TinyDecoder, num_blocks: int, block_size: int,
                  config: Optional[kvtier.Config], rank: int = 0, world_size: int = 1):
         self.model = model
-        self.kv_caches = [
-            torch.zeros(model.kv_cache_shape(num_blocks, block_size), dtype=torch.float32)
-            for _ in range(model.config.layers)
-        ]
-        self.connector = (
-            kvtier.Worker(config, self.kv_caches, rank=rank, world_size=world_size)
-            if config is not None
-            else None
-        )
+        shape = model.kv_cache_shape(num_blocks, block_size)
+        self.connector = None
+        if config is not None and config.cache_mode == "server":
+            # kvtierd copies through shared memory the worker allocates: the KV caches are
+            # tensors over it.
+            self.connector = kvtier.Worker(config, None, rank=rank, world_size=world_size,
+                                           num_blocks=num_blocks)
+            self.kv_caches = [torch.frombuffer(m, dtype=torch.float32).view(shape)
+                              for m in self.connector.kv_caches]
+            return
+        self.kv_caches = [torch.zeros(shape, dtype=torch.float32)
+                          for _ in range(model.config.layers)]
+        if config is not None:
+            self.connector = kvtier.Worker(config, self.kv_caches, rank=rank,
+                                           world_size=world_size)
 
     def execute(self, metadata, batch: Sequence[ForwardInput], timed: Callable):
         """One step: start_load, the forward pass, queue_stores, take_output."""

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "binding.h"
@@ -84,9 +85,23 @@ uint32_t leading_extent(py::handle obj, const char* what) {
   return shape[0].cast<uint32_t>();
 }
 
+// cache.mode server: the rank's worker side and the shared memory its KV caches live in (which
+// kvtierd maps). Owned jointly by the Worker and every KvMemory the engine wraps in tensors, so
+// that the memory stays mapped while a tensor over it exists.
+struct RemoteKv {
+  std::unique_ptr<WorkerConnector> connector;
+};
+
+// One KV-cache tensor's bytes in kvtierd's shared memory, as a writable buffer.
+struct KvMemory {
+  std::shared_ptr<RemoteKv> owner;
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
 class Worker {
  public:
-  Worker(const Config& config, py::sequence kv_caches, uint32_t rank, uint32_t world_size,
+  Worker(const Config& config, py::object kv_caches, uint32_t rank, uint32_t world_size,
          std::optional<uint32_t> num_blocks, std::optional<uint32_t> host_slots)
       : layout_(config.kv_layout()),
         fault_(host_, fault_plan(config.faults, rank)),
@@ -96,16 +111,50 @@ class Worker {
                     "connector.enabled is false: there is no worker side (run the engine "
                     "without kvtier)");
     }
-    if (config.cache.mode != CacheMode::kLocal) {
-      throw KvError(ErrorCode::kUnimplemented,
-                    "the Python Worker registers KV caches for cache.mode local; cache.mode "
-                    "server is not offered by the Python module yet");
-    }
     if (rank >= world_size) {
       throw KvError(
           ErrorCode::kInvalidArgument,
           "rank " + std::to_string(rank) + " of world_size " + std::to_string(world_size));
     }
+    if (config.cache.mode == CacheMode::kServer) {
+      init_remote(config, kv_caches, rank, world_size, num_blocks);
+      return;
+    }
+    if (kv_caches.is_none() || !py::isinstance<py::sequence>(kv_caches)) {
+      throw KvError(ErrorCode::kInvalidArgument, "kv_caches: a sequence of tensors");
+    }
+    init_local(config, py::reinterpret_borrow<py::sequence>(kv_caches), num_blocks, host_slots);
+  }
+
+  void init_remote(const Config& config, py::object kv_caches, uint32_t rank, uint32_t world_size,
+                   std::optional<uint32_t> num_blocks) {
+    if (!kv_caches.is_none()) {
+      throw KvError(ErrorCode::kInvalidArgument,
+                    "cache.mode server: the KV caches live in shared memory kvtierd maps; pass "
+                    "kv_caches=None and num_blocks, and build the tensors over worker.kv_caches");
+    }
+    if (!num_blocks || *num_blocks == 0) {
+      throw KvError(ErrorCode::kInvalidArgument, "cache.mode server: pass num_blocks");
+    }
+    num_blocks_ = *num_blocks;
+    remote_ = std::make_shared<RemoteKv>();
+    const ConnectorShape shape{.world_size = world_size, .layout = layout_};
+    {
+      py::gil_scoped_release release;  // waits server.connect_timeout_s at most for kvtierd
+      remote_->connector = ConnectorFactory(config, shape)
+                               .worker(WorkerSetup{.rank = rank, .device_blocks = num_blocks_});
+    }
+    const KvGroup& g = layout_.groups.at(0);
+    const bool per_layer = layout_.device_layout == DeviceLayout::kPerLayer;
+    const size_t bytes =
+        size_t{num_blocks_} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
+    for (DeviceAddress base : remote_->connector->kv_caches().groups.at(0).bases) {
+      memory_.append(py::cast(KvMemory{remote_, reinterpret_cast<void*>(base), bytes}));
+    }
+  }
+
+  void init_local(const Config& config, py::sequence kv_caches, std::optional<uint32_t> num_blocks,
+                  std::optional<uint32_t> host_slots) {
     const KvGroup& g = layout_.groups.at(0);
     const bool per_layer = layout_.device_layout == DeviceLayout::kPerLayer;
     const size_t tensors = per_layer ? g.layers : 1;
@@ -141,12 +190,17 @@ class Worker {
 
   ~Worker() { close(); }
 
+  WorkerConnector& conn() {
+    if (remote_) return *remote_->connector;
+    return connector_;
+  }
+
   void start_load(const StepMetadata& meta) {
     check_usable();
     py::gil_scoped_release release;
     std::lock_guard lock(mu_);
-    connector_.start_load(meta);
-    if (!meta.flush.empty()) {
+    conn().start_load(meta);
+    if (!remote_ && !meta.flush.empty()) {
       // The forward pass runs on the host: wait here for what it would wait for on the
       // compute stream (the flush set's fences, F10).
       fault_.record(fence_, compute_);
@@ -158,7 +212,7 @@ class Worker {
     check_usable();
     py::gil_scoped_release release;
     std::lock_guard lock(mu_);
-    connector_.queue_stores(meta);
+    conn().queue_stores(meta);
   }
 
   py::object take_output() {
@@ -167,7 +221,7 @@ class Worker {
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mu_);
-      out = connector_.take_output();
+      out = conn().take_output();
     }
     return from_worker_output(out);
   }
@@ -176,6 +230,11 @@ class Worker {
     check_open();
     py::gil_scoped_release release;
     std::lock_guard lock(mu_);
+    if (remote_) {
+      // kvtierd's verdicts arrive with take_output; yield instead of spinning.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return;
+    }
     connector_.flush({});  // stores queued for the next step go now
     fault_.release_hangs();
     host_.quiesce();
@@ -184,12 +243,12 @@ class Worker {
   bool fail_stopped() {
     check_open();
     std::lock_guard lock(mu_);
-    return connector_.fail_stopped();
+    return conn().fail_stopped();
   }
   size_t in_flight() {
     check_open();
     std::lock_guard lock(mu_);
-    return connector_.in_flight();
+    return conn().in_flight();
   }
   void audit() {
     check_open();
@@ -197,14 +256,14 @@ class Worker {
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mu_);
-      s = connector_.audit();
+      s = conn().audit();
     }
     check(s);
   }
   py::dict stats() {
     check_open();
     TransferStats s;
-    {
+    if (!remote_) {
       std::lock_guard lock(mu_);
       s = connector_.engine().stats();
     }
@@ -212,6 +271,7 @@ class Worker {
   }
   py::dict fault_counts() { return fault_dict(fault_.counts()); }
   py::list kv_caches() const {
+    if (remote_) return memory_;
     py::list out;
     for (const auto& b : buffers_) out.append(b->object());
     return out;
@@ -224,6 +284,8 @@ class Worker {
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mu_);
+      // kvtierd's side lives on while a KvMemory (a tensor over it) does.
+      remote_.reset();
       fault_.release_hangs();
       host_.quiesce();
       connector_ = LocalWorkerConnector(connector_.rank());  // its TransferEngine goes first
@@ -233,6 +295,7 @@ class Worker {
     }
     for (auto& b : buffers_) b->release();
     buffers_.clear();
+    memory_ = py::list();
   }
 
   uint32_t rank() const { return connector_.rank(); }
@@ -273,12 +336,24 @@ class Worker {
   uint32_t num_blocks_ = 0;
   uint32_t slots_ = 0;
   bool closed_ = false;
-  std::string moved_;  // why the registered memory is no longer the tensors'
+  std::string moved_;                 // why the registered memory is no longer the tensors'
+  std::shared_ptr<RemoteKv> remote_;  // cache.mode server
+  py::list memory_;                   // cache.mode server: KvMemory per tensor
 };
 
 }  // namespace
 
 void bind_worker(py::module_& m) {
+  py::class_<KvMemory>(m, "KvMemory", py::buffer_protocol(),
+                       "One KV-cache tensor's bytes in the shared memory kvtierd maps (cache.mode "
+                       "server), as a writable buffer: torch.frombuffer(memory, dtype=...)."
+                       "view(shape). The memory stays mapped while this object is referenced.")
+      .def_buffer([](KvMemory& k) {
+        return py::buffer_info(k.data, 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<ssize_t>(k.bytes)}, {ssize_t{1}});
+      })
+      .def("__len__", [](const KvMemory& k) { return k.bytes; });
+
   py::class_<Worker>(
       m, "Worker",
       "One rank's worker side of the connector (cache.mode local), over the rank's KV caches, "
@@ -288,7 +363,7 @@ void bind_worker(py::module_& m) {
       "Scheduler.update_from_worker_output. Thread-safe (calls are serialized); the GIL is "
       "released while kvtier works. close() (or leaving a `with` block) waits for the copies "
       "and drops the references to the KV caches.")
-      .def(py::init<const Config&, py::sequence, uint32_t, uint32_t, std::optional<uint32_t>,
+      .def(py::init<const Config&, py::object, uint32_t, uint32_t, std::optional<uint32_t>,
                     std::optional<uint32_t>>(),
            py::arg("config"), py::arg("kv_caches"), py::kw_only(), py::arg("rank") = 0,
            py::arg("world_size") = 1, py::arg("num_blocks") = py::none(),
@@ -298,7 +373,10 @@ void bind_worker(py::module_& m) {
            "block_size, kv_heads, head_dim]); CPU, contiguous, layout.dtype_bytes per "
            "element. Any object with the buffer protocol or __array_interface__ works too. "
            "They are registered without a copy and kept referenced until close(). "
-           "`host_slots` must match the Scheduler's.")
+           "`host_slots` must match the Scheduler's. cache.mode server (kvtierd): pass "
+           "kv_caches=None and num_blocks; the KV caches are allocated in shared memory that "
+           "kvtierd maps, and worker.kv_caches holds one KvMemory buffer per tensor to build "
+           "the engine's tensors over.")
       .def("start_load", &Worker::start_load, py::arg("metadata"),
            "Before the forward pass: stores from earlier steps go, loads start, and it returns "
            "once the forward pass may write every block (the flush set's fences, F10).")

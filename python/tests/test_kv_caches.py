@@ -131,6 +131,8 @@ def test_a_prefix_stored_from_numpy_loads_into_numpy():
         r.worker.close()
 
 
-def test_server_mode_worker_is_not_offered_yet():
+def test_a_server_mode_worker_allocates_its_kv_caches_itself():
     c = small_config("cache.mode=server")
-    expect_error("unimplemented", kvtier.Worker, c, kv_tensors(c))
+    e = expect_error("invalid_argument", kvtier.Worker, c, kv_tensors(c))
+    assert "kv_caches=None" in e.message
+    expect_error("invalid_argument", kvtier.Worker, c, None)  # and needs num_blocks
