@@ -114,6 +114,18 @@ def test_F3_failed_stores_are_never_served_and_outputs_stay_bit_identical(refere
     assert cache["stores_failed"] > 0 and cache["stores_succeeded"] > 0
 
 
+def test_F3_stores_whose_copies_all_fail_are_never_served(reference):
+    want, off = reference
+    # Every store copy fails at submit: no slot ever holds what a store was to write.
+    got, engine = run(config("faults.direction=store", "faults.submit_failure_rate=1"))
+    assert_bit_identical(got, want)
+    c = engine.connector.counters()
+    assert c["stores_failed"] >= 3 and c["stores_completed"] == 0
+    assert c["loads_completed"] == 0 and engine.stats.loaded_tokens == 0
+    assert engine.connector.cache_counters()["hits"] == 0
+    assert engine.stats.computed_tokens == off.computed_tokens
+
+
 def test_F7_a_fail_stop_surfaces_as_kvtier_FailStop():
     # No copy can record its end marker: its copies cannot be proven to have stopped.
     with pytest.raises(kvtier.FailStop) as e:
