@@ -178,13 +178,20 @@ class Scheduler:
     def cache_counters(self) -> Optional[Dict[str, int]]: ...
     def audit(self) -> None: ...
 
+class KvMemory:
+    """One KV-cache tensor's bytes in kvtierd's shared memory (cache.mode server): a writable
+    buffer, e.g. torch.frombuffer(memory, dtype=torch.float32)."""
+
+    def __len__(self) -> int: ...
+
 class Worker:
-    """One rank's worker side (cache.mode local), over KV caches registered zero-copy."""
+    """One rank's worker side: over KV caches registered zero-copy (cache.mode local), or over
+    shared memory it allocates for kvtierd (cache.mode server: kv_caches=None, num_blocks)."""
 
     def __init__(
         self,
         config: Config,
-        kv_caches: Sequence[Any],
+        kv_caches: Optional[Sequence[Any]],
         *,
         rank: int = 0,
         world_size: int = 1,
