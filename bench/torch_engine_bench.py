@@ -6,8 +6,9 @@ Prints JSON Lines:
       twice in one process, kvtier off then on: TTFT p50 of each and `ratio` = off / on (above 1:
       kvtier made the first token come sooner), and whether the outputs were bit-identical.
   {"bench": "python_binding", "call": NAME, "us_per_call": ...}  per connector call of a step
-      with `--requests` running requests, through the Python module (the C++ scheduler side's
-      own cost per step is what `kvtier bench scheduler` reports).
+      with `--requests` running requests, through the Python module, with token lists and with
+      uint32 token arrays; then `kvtier bench scheduler`'s row for the same number of requests
+      (the C++ scheduler side's own cost per step: build_us, aggregate_us, lookup_us).
 
 Run from the repository root after scripts/build:
   PYTHONPATH=build/python:examples /usr/bin/python3 bench/torch_engine_bench.py
@@ -15,10 +16,13 @@ Run from the repository root after scripts/build:
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 
+import numpy as np
 import torch
 
 import kvtier
@@ -89,8 +93,10 @@ def ttft_rows(args):
     }
 
 
-def binding_rows(args):
-    """A decode-like step: `requests` running requests of `tokens` tokens, no transfer due."""
+def binding_rows(args, token_arrays):
+    """A decode-like step: `requests` running requests of `tokens` tokens, no transfer due.
+    `token_arrays`: each request's tokens as a uint32 numpy array (taken without a Python
+    loop) rather than a list."""
     block = 16
     cfg = kvtier.Config().with_overrides([
         "layout.layers=2", "layout.kv_heads=1", "layout.head_dim=8", "layout.dtype_bytes=4",
@@ -117,13 +123,23 @@ def binding_rows(args):
         times[name].append(time.perf_counter() - t)
         return r
 
+    arrays = {}
+    if token_arrays:
+        for rid, tokens in reqs:
+            arrays[rid] = np.zeros(args.tokens + args.steps + 8, dtype=np.uint32)
+            arrays[rid][: len(tokens)] = tokens
     step = 0
     for rep in range(args.steps + 5):
         step += 1
         scheduled = []
         for rid, tokens in reqs:
             tokens.append(step % 1000)
-            scheduled.append(kvtier.ScheduledRequest(rid, tokens, args.tokens, [], len(tokens)))
+            if token_arrays:
+                arrays[rid][len(tokens) - 1] = step % 1000
+                known = arrays[rid][: len(tokens)]
+            else:
+                known = tokens
+            scheduled.append(kvtier.ScheduledRequest(rid, known, args.tokens, [], len(tokens)))
         timed("get_num_new_matched_tokens", sched.get_num_new_matched_tokens, "probe",
               reqs[0][1][: args.tokens], 0)
         meta = timed("build_step_metadata", sched.build_step_metadata, step, scheduled)
@@ -140,8 +156,10 @@ def binding_rows(args):
     rows = []
     for name, ts in times.items():
         rows.append({"bench": "python_binding", "call": name, "requests": args.requests,
-                     "tokens": args.tokens, "steps": len(ts),
+                     "tokens": args.tokens, "token_arrays": token_arrays, "steps": len(ts),
                      "us_per_call": round(statistics.median(ts) * 1e6, 2)})
+    if not token_arrays:
+        return rows
     t = time.perf_counter()
     for _ in range(10000):
         sched.fail_stopped  # noqa: B018  the cheapest call: the binding's floor
@@ -162,12 +180,23 @@ def main():
     p.add_argument("--tokens", type=int, default=512, help="binding bench: prompt tokens")
     p.add_argument("--steps", type=int, default=200, help="binding bench: timed steps")
     p.add_argument("--skip-ttft", action="store_true")
+    p.add_argument("--kvtier", default="build/apps/kvtier/kvtier",
+                   help="the kvtier CLI, for `kvtier bench scheduler` beside the binding's rows")
     args = p.parse_args()
     torch.set_num_threads(1)
     if not args.skip_ttft:
         print(json.dumps(ttft_rows(args)), flush=True)
-    for row in binding_rows(args):
-        print(json.dumps(row), flush=True)
+    for token_arrays in (False, True):
+        for row in binding_rows(args, token_arrays):
+            print(json.dumps(row), flush=True)
+    if args.kvtier and os.access(args.kvtier, os.X_OK):
+        # The C++ scheduler side's own cost per step, for the same number of requests.
+        out = subprocess.run([args.kvtier, "bench", "scheduler", "--json", "--requests",
+                              str(args.requests), "--steps", str(args.steps), "--world-size", "1"],
+                             capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("{"):
+                print(line, flush=True)
     return 0
 
 
