@@ -168,16 +168,19 @@ class Scheduler {
     return connector().degraded();
   }
   bool fail_stopped() {
+    py::gil_scoped_release release;  // another thread may hold the lock across a long call
     std::lock_guard lock(mu_);
     return connector().fail_stopped();
   }
   std::string fail_stop_reason() {
+    py::gil_scoped_release release;
     std::lock_guard lock(mu_);
     return connector().fail_stop_reason();
   }
   py::dict counters() {
     ConnectorCounters c;
     {
+      py::gil_scoped_release release;
       std::lock_guard lock(mu_);
       c = connector().counters();
     }
@@ -187,6 +190,7 @@ class Scheduler {
     if (!side_.cache) return py::none();
     CacheCounters c;
     {
+      py::gil_scoped_release release;
       std::lock_guard lock(mu_);
       c = side_.cache->counters();
     }

@@ -242,11 +242,13 @@ class Worker {
 
   bool fail_stopped() {
     check_open();
+    py::gil_scoped_release release;  // another thread may hold the lock across a long call
     std::lock_guard lock(mu_);
     return conn().fail_stopped();
   }
   size_t in_flight() {
     check_open();
+    py::gil_scoped_release release;
     std::lock_guard lock(mu_);
     return conn().in_flight();
   }
@@ -264,6 +266,7 @@ class Worker {
     check_open();
     TransferStats s;
     if (!remote_) {
+      py::gil_scoped_release release;
       std::lock_guard lock(mu_);
       s = connector_.engine().stats();
     }
