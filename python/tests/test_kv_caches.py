@@ -136,3 +136,31 @@ def test_a_server_mode_worker_allocates_its_kv_caches_itself():
     e = expect_error("invalid_argument", kvtier.Worker, c, kv_tensors(c))
     assert "kv_caches=None" in e.message
     expect_error("invalid_argument", kvtier.Worker, c, None)  # and needs num_blocks
+
+
+def test_kvtierd_kv_memory_stays_mapped_while_a_tensor_uses_it(tmp_path):
+    # No kvtierd: the worker side starts degraded, but its shared KV memory is there.
+    c = small_config("cache.mode=server", f"server.endpoint=ipc://{tmp_path}/none.sock",
+                     "server.connect_timeout_s=0.2")
+    w = kvtier.Worker(c, None, num_blocks=NUM_BLOCKS)
+    shape = c.layout.kv_cache_shape(NUM_BLOCKS)
+    kv = [torch.frombuffer(m, dtype=torch.float32).view(shape) for m in w.kv_caches]
+    assert len(w.kv_caches) == 2 and len(w.kv_caches[0]) == kv[0].numel() * 4
+    w.close()
+    del w
+    gc.collect()
+    kv[1].fill_(3.0)  # still mapped: the tensor keeps the memory alive
+    assert float(kv[1].sum()) == 3.0 * kv[1].numel()
+
+
+def test_a_worker_dropped_without_close_waits_for_its_copies():
+    r = Rig(small_config())
+    prompt = list(range(1, 18))
+    r.scheduler.get_num_new_matched_tokens("a", prompt, 0)
+    r.scheduler.update_state_after_alloc("a", [0, 1, 2, 3, 4], 0)
+    r.step([kvtier.ScheduledRequest("a", prompt, 17, [], 17)])
+    r.worker.start_load(r.scheduler.build_step_metadata(2, []))  # the store is sent
+    ref = weakref.ref(r.kv[0])
+    del r
+    gc.collect()  # the worker's destructor drained the device before it let go
+    assert ref() is None
