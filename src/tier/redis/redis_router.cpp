@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "kvtier/tier/redis_key_slot.h"
+#include "redis_key_slot.h"
 
 namespace kvtier::tier_internal {
 namespace {
