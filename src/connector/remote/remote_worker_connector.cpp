@@ -41,9 +41,7 @@ RemoteWorkerConnector::~RemoteWorkerConnector() {
 }
 
 void RemoteWorkerConnector::copy_block(uint32_t group, uint32_t from, uint32_t to) {
-  const KvGroup& g = layout_.groups.at(group);
-  const bool per_layer = layout_.device_layout == DeviceLayout::kPerLayer;
-  const size_t bytes = per_layer ? g.layer_block_bytes() : g.block_bytes();
+  const size_t bytes = layout_.tensor_block_bytes(group);
   for (DeviceAddress base : all_.groups.at(group).bases) {
     auto* p = reinterpret_cast<std::byte*>(base);
     std::memcpy(p + size_t{to} * bytes, p + size_t{from} * bytes, bytes);
