@@ -257,6 +257,7 @@ void TransferEngine::decide(Transfer& t, bool poisoned) {
 }
 
 void TransferEngine::finish(Transfer& t) {
+  if (!t.outcome) throw std::logic_error("TransferEngine::finish: job has no outcome yet");
   const Outcome outcome = *t.outcome;
   if (outcome == Outcome::kCompleted) {
     ++stats_.completed;

@@ -201,11 +201,11 @@ StreamHandle CudaDevice::create_stream() {
   return StreamHandle{id};
 }
 
-void CudaDevice::destroy_stream(StreamHandle h) {
+void CudaDevice::destroy_stream(StreamHandle stream) {
   void* s = nullptr;
   {
     std::lock_guard lock(mu_);
-    auto it = streams_.find(h.id);
+    auto it = streams_.find(stream.id);
     if (it == streams_.end()) throw std::invalid_argument("CudaDevice: unknown stream");
     s = it->second;
     streams_.erase(it);
@@ -224,11 +224,11 @@ EventHandle CudaDevice::create_event() {
   return EventHandle{id};
 }
 
-void CudaDevice::destroy_event(EventHandle h) {
+void CudaDevice::destroy_event(EventHandle event) {
   void* e = nullptr;
   {
     std::lock_guard lock(mu_);
-    auto it = events_.find(h.id);
+    auto it = events_.find(event.id);
     if (it == events_.end()) throw std::invalid_argument("CudaDevice: unknown event");
     e = it->second;
     events_.erase(it);
@@ -295,7 +295,7 @@ void CudaDevice::launch_host_func(StreamHandle stream, std::function<void()> fn)
   make_current();
   auto owned = std::make_unique<std::function<void()>>(std::move(fn));
   check(cudaLaunchHostFunc(as_stream(s), run_host_func, owned.get()), "cudaLaunchHostFunc");
-  owned.release();  // run_host_func owns it now
+  static_cast<void>(owned.release());  // run_host_func owns it now
 }
 
 }  // namespace kvtier

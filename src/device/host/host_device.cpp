@@ -139,9 +139,9 @@ StreamHandle HostDevice::create_stream() {
   return StreamHandle{id};
 }
 
-void HostDevice::destroy_stream(StreamHandle h) {
+void HostDevice::destroy_stream(StreamHandle stream) {
   std::lock_guard lock(mu_);
-  auto it = streams_.find(h.id);
+  auto it = streams_.find(stream.id);
   if (it == streams_.end()) throw std::invalid_argument("HostDevice: unknown stream");
   it->second->stopping = true;
   it->second->cv.notify_one();
@@ -163,10 +163,10 @@ EventHandle HostDevice::create_event() {
   return EventHandle{id};
 }
 
-void HostDevice::destroy_event(EventHandle h) {
+void HostDevice::destroy_event(EventHandle event) {
   std::lock_guard lock(mu_);
-  if (events_.erase(h.id) == 0) throw std::invalid_argument("HostDevice: unknown event");
-  wake_waiters(h.id);  // a wait on a destroyed event is over
+  if (events_.erase(event.id) == 0) throw std::invalid_argument("HostDevice: unknown event");
+  wake_waiters(event.id);  // a wait on a destroyed event is over
   changed_.notify_all();
 }
 
