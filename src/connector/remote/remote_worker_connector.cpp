@@ -92,6 +92,7 @@ void RemoteWorkerConnector::submit(const TransferJob& transfer, Direction direct
       continue;
     }
     std::vector<uint32_t> whole;
+    whole.reserve(layout_.groups[c.group].blocks_per_chunk);
     for (uint32_t b = 0; b < layout_.groups[c.group].blocks_per_chunk; ++b) {
       whole.push_back(scratch_block(c.group, *scratch, b));
     }
