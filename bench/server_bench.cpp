@@ -36,9 +36,8 @@ KvLayout bench_layout(size_t chunk_bytes) {
 struct KvRegion {
   KvRegion(const KvLayout& layout, uint32_t num_blocks) : layout(layout), num_blocks(num_blocks) {
     name = "/kvtier-bench-kv-" + std::to_string(getpid());
-    const KvGroup& g = layout.groups[0];
-    tensor_bytes = size_t{num_blocks} * g.layer_block_bytes();
-    bytes = tensor_bytes * g.layers;
+    tensor_bytes = layout.tensor_bytes(0, num_blocks).value();
+    bytes = layout.total_bytes(num_blocks).value();
     shm_unlink(name.c_str());
     const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) throw std::runtime_error("shm");
@@ -53,7 +52,7 @@ struct KvRegion {
   }
   server::Registration registration() const {
     server::GroupTensors t{.num_blocks = num_blocks};
-    for (uint32_t l = 0; l < layout.groups[0].layers; ++l) t.offsets.push_back(l * tensor_bytes);
+    for (size_t l = 0; l < layout.tensors_per_group(0); ++l) t.offsets.push_back(l * tensor_bytes);
     return {
         .rank = 0, .layout = layout, .memory = {.shm_name = name, .bytes = bytes, .groups = {t}}};
   }
@@ -62,8 +61,8 @@ struct KvRegion {
   template <class F>
   void for_each_piece(uint32_t chunk, F&& f) const {
     const KvGroup& g = layout.groups[0];
-    const size_t lb = g.layer_block_bytes();
-    for (uint32_t l = 0; l < g.layers; ++l) {
+    const size_t lb = layout.tensor_block_bytes(0);
+    for (size_t l = 0; l < layout.tensors_per_group(0); ++l) {
       f(base + l * tensor_bytes + size_t{chunk} * g.blocks_per_chunk * lb, g.blocks_per_chunk * lb);
     }
   }

@@ -40,11 +40,8 @@ struct Setup {
     num_chunks = static_cast<uint32_t>(std::max<size_t>(1, total_bytes / g.chunk_bytes()));
     const uint32_t num_blocks = num_chunks * g.blocks_per_chunk;
     GroupCacheAddresses cache{.num_blocks = num_blocks};
-    const bool per_layer = layout.device_layout == DeviceLayout::kPerLayer;
-    const size_t tensors = per_layer ? g.layers : 1;
-    const size_t tensor_bytes =
-        size_t{num_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
-    for (size_t i = 0; i < tensors; ++i) {
+    const size_t tensor_bytes = layout.tensor_bytes(0, num_blocks).value();
+    for (size_t i = 0; i < layout.tensors_per_group(0); ++i) {
       cache.bases.push_back(device.allocate(tensor_bytes));
       if (touch_device_memory) {
         std::memset(reinterpret_cast<void*>(cache.bases.back()), int(i + 1), tensor_bytes);

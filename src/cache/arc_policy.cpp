@@ -1,4 +1,4 @@
-#include "kvtier/cache/arc_policy.h"
+#include "arc_policy.h"
 
 #include <algorithm>
 #include <stdexcept>

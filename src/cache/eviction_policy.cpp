@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "kvtier/cache/arc_policy.h"
-#include "kvtier/cache/lru_policy.h"
+#include "arc_policy.h"
+#include "lru_policy.h"
 
 namespace kvtier {
 

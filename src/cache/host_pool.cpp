@@ -69,7 +69,7 @@ HostPool::~HostPool() {
     try {
       device_.unregister_host(base_);
     } catch (const DeviceFault&) {
-      // A faulted device context is being torn down; the mapping goes regardless.
+      // ignored: a faulted device context is being torn down; the mapping goes regardless.
     }
   }
   if (base_) munmap(base_, bytes());

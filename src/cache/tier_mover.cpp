@@ -263,6 +263,7 @@ std::vector<std::string> TierMover::degraded_tiers() const {
 
 std::vector<TierMetrics> TierMover::tier_metrics() const {
   std::vector<TierMetrics> metrics;
+  metrics.reserve(tiers_.size());
   for (const MoverTier& t : tiers_) metrics.push_back(t.tier->metrics());
   return metrics;
 }

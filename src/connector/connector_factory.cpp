@@ -17,13 +17,15 @@ class OwningLocalWorker final : public WorkerConnector {
  public:
   OwningLocalWorker(const Config& config, const ConnectorShape& shape, const WorkerSetup& setup)
       : device_(*setup.device), connector_(setup.rank) {
-    const bool per_layer = shape.layout.device_layout == DeviceLayout::kPerLayer;
-    for (const KvGroup& g : shape.layout.groups) {
+    for (size_t g = 0; g < shape.layout.groups.size(); ++g) {
+      Result<size_t> bytes = shape.layout.tensor_bytes(g, setup.device_blocks);
+      if (!bytes) {
+        free_caches();
+        throw std::runtime_error("KV cache: " + bytes.error().message);
+      }
       GroupCacheAddresses group{.num_blocks = setup.device_blocks};
-      const size_t bytes =
-          size_t{setup.device_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
-      for (size_t i = 0; i < (per_layer ? g.layers : 1); ++i) {
-        group.bases.push_back(device_.allocate(bytes));
+      for (size_t i = 0; i < shape.layout.tensors_per_group(g); ++i) {
+        group.bases.push_back(device_.allocate(*bytes));
       }
       caches_.groups.push_back(std::move(group));
     }

@@ -47,6 +47,7 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv,
   // Everything the child needs is prepared here: between fork and exec it only makes system
   // calls.
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   OwnedFd output;

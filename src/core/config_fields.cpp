@@ -16,7 +16,7 @@ struct Section {
   S Config::*member;
 
   template <class T>
-  Field field(std::string_view field_name, T S::*field_member, ConfigValue<T> value,
+  Field field(std::string_view field_name, T S::*field_member, const ConfigValue<T>& value,
               std::string_view doc) const {
     const auto ref = [ section_member = member, field_member ](auto& config) -> auto& {
       return config.*section_member.*field_member;

@@ -60,6 +60,8 @@ template <class T>
 std::optional<T> parse_whole(std::string_view text) {
   T value{};
   const char* end = text.data() + text.size();
+  // from_chars reads [data, end), never up to a terminator.
+  // NOLINTNEXTLINE(bugprone-suspicious-stringview-data-usage)
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (ec != std::errc() || ptr != end) return std::nullopt;
   return value;

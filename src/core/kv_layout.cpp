@@ -5,6 +5,32 @@
 #include <algorithm>
 
 namespace kvtier {
+namespace {
+
+// a * b, or kInvalidArgument naming `what` when the product does not fit in size_t.
+Result<size_t> checked_mul(size_t a, size_t b, const std::string& what) {
+  size_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) {
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        what + " overflows size_t (" + std::to_string(a) + " * " + std::to_string(b) + ")");
+  }
+  return product;
+}
+
+// KvGroup::chunk_bytes() computed factor by factor with every product checked.
+Result<size_t> checked_chunk_bytes(const KvGroup& k, const std::string& what) {
+  size_t bytes = 2;
+  for (uint32_t factor :
+       {k.block_size, k.kv_heads, k.head_dim, k.dtype_bytes, k.layers, k.blocks_per_chunk}) {
+    Result<size_t> next = checked_mul(bytes, factor, what);
+    if (!next) return next;
+    bytes = *next;
+  }
+  return bytes;
+}
+
+}  // namespace
 
 std::string_view to_string(DeviceLayout layout) {
   return layout == DeviceLayout::kPerLayer ? "per_layer" : "cross_layer";
@@ -32,8 +58,42 @@ Status KvLayout::validate() const {
                           "layout.groups[" + std::to_string(g) + "]." + name + " must be > 0");
       }
     }
+    Result<size_t> chunk =
+        checked_chunk_bytes(k, "layout.groups[" + std::to_string(g) + "] chunk bytes");
+    if (!chunk) return std::unexpected(chunk.error());
   }
   return {};
+}
+
+size_t KvLayout::tensors_per_group(size_t group) const {
+  return device_layout == DeviceLayout::kPerLayer ? groups.at(group).layers : 1;
+}
+
+size_t KvLayout::tensor_block_bytes(size_t group) const {
+  const KvGroup& g = groups.at(group);
+  return device_layout == DeviceLayout::kPerLayer ? g.layer_block_bytes() : g.block_bytes();
+}
+
+Result<size_t> KvLayout::tensor_bytes(size_t group, uint32_t num_blocks) const {
+  const std::string what = "layout.groups[" + std::to_string(group) + "] tensor bytes";
+  // Checked even for a layout that was never validated: a wrapped size would be allocated.
+  if (Result<size_t> chunk = checked_chunk_bytes(groups.at(group), what); !chunk) return chunk;
+  return checked_mul(tensor_block_bytes(group), num_blocks, what);
+}
+
+Result<size_t> KvLayout::total_bytes(uint32_t num_blocks) const {
+  size_t total = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    Result<size_t> tensor = tensor_bytes(g, num_blocks);
+    if (!tensor) return tensor;
+    Result<size_t> group_bytes = checked_mul(*tensor, tensors_per_group(g),
+                                             "layout.groups[" + std::to_string(g) + "] bytes");
+    if (!group_bytes) return group_bytes;
+    if (__builtin_add_overflow(total, *group_bytes, &total)) {
+      return make_error(ErrorCode::kInvalidArgument, "layout total bytes overflow size_t");
+    }
+  }
+  return total;
 }
 
 size_t KvLayout::max_chunk_bytes() const {

@@ -1,4 +1,4 @@
-#include "kvtier/device/address_ranges.h"
+#include "address_ranges.h"
 
 #include <iterator>
 #include <stdexcept>

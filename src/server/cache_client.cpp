@@ -119,7 +119,7 @@ bool ClientImpl::wait_until_ok(Duration timeout) const {
 }
 
 ClientImpl::Call ClientImpl::transfer_call(Request request, JobId job, Direction direction,
-                                           std::shared_ptr<std::promise<TransferResult>> p) {
+                                           const std::shared_ptr<std::promise<TransferResult>>& p) {
   Call call;
   call.deadline = SteadyClock::instance().now() + options_.transfer_deadline;  // F8: from here
   call.needs_ok = true;
@@ -220,6 +220,7 @@ void ClientImpl::send(Call call) {
   try {
     sent = dealer_->send(zmq::buffer(body), zmq::send_flags::dontwait).has_value();
   } catch (const zmq::error_t&) {
+    sent = false;  // a closed or broken socket: reported as not sent, below
   }
   if (!sent) {
     call.on_end(End::kNotSent, nullptr, "not sent: no connection to " + options_.endpoint);

@@ -71,7 +71,7 @@ CacheService::~CacheService() {
     if (!session.pending.empty()) session.quarantined = true;  // copies may still run
     destroy_session(session);
   }
-  for (auto& m : retained_memory_) m.release();
+  for (auto& m : retained_memory_) static_cast<void>(m.release());  // F7: leaked on purpose
 }
 
 void CacheService::start() {
@@ -267,6 +267,7 @@ void CacheService::finish(const std::string& client, Session& session, const Tra
 void CacheService::fail_session(const std::string& client, Session& session,
                                 const std::string& why) {
   std::vector<JobId> jobs;
+  jobs.reserve(session.pending.size());
   for (const auto& [job, p] : session.pending) jobs.push_back(job);
   for (JobId job : jobs) {
     const PendingTransfer& p = session.pending.at(job);
@@ -278,7 +279,7 @@ void CacheService::fail_session(const std::string& client, Session& session,
   session.quarantined = true;
 }
 
-void CacheService::release_locks(std::vector<ReadLock> locks) {
+void CacheService::release_locks(const std::vector<ReadLock>& locks) {
   for (const ReadLock& lock : locks) cache_.complete_load(lock.keys);
 }
 
@@ -297,7 +298,7 @@ void CacheService::drop_gone_sessions() {
 void CacheService::destroy_session(Session& session) {
   if (session.quarantined) {
     // F7: copies may still touch the engine's streams and the client's memory. Keep both.
-    session.engine.release();
+    static_cast<void>(session.engine.release());
     retained_memory_.push_back(std::move(session.memory));
     retained_memory_.back()->retain_forever();
     return;

@@ -137,7 +137,7 @@ class CacheService {
   void add_tier_stats(std::map<std::string, uint64_t>& fields) const;
   void finish(const std::string& client, Session& session, const TransferResult& result);
   void fail_session(const std::string& client, Session& session, const std::string& why);
-  void release_locks(std::vector<ReadLock> locks);
+  void release_locks(const std::vector<ReadLock>& locks);
   void drop_gone_sessions();
   void destroy_session(Session& session);
   size_t transfers_in_flight() const;

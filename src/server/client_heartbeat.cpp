@@ -28,7 +28,7 @@ void ClientImpl::heartbeat(TimePoint now) {
   Call ping;
   ping.request.op = Op::kPing;
   ping.deadline = now + options_.heartbeat_interval;
-  ping.on_end = [this](End end, const Reply* reply, std::string why) {
+  ping.on_end = [this](End end, const Reply* reply, const std::string& why) {
     ping_outstanding_ = false;
     if (end == End::kReply && reply->ok) {
       {
@@ -108,7 +108,7 @@ void ClientImpl::send_register() {
   call.request.layout = registration_.layout;
   call.request.memory = registration_.memory;
   call.deadline = SteadyClock::instance().now() + options_.connect_timeout;
-  call.on_end = [this](End end, const Reply* reply, std::string why) {
+  call.on_end = [this](End end, const Reply* reply, const std::string& why) {
     register_outstanding_ = false;
     const bool shutdown = health().state == ClientState::kShutdown;
     if (end == End::kReply && (reply->ok || reply->code == codes::kAlreadyRegistered)) {

@@ -38,7 +38,7 @@ class ClientImpl {
   bool wait_until_ok(Duration timeout) const;
 
   Call transfer_call(Request request, JobId job, Direction direction,
-                     std::shared_ptr<std::promise<TransferResult>> promise);
+                     const std::shared_ptr<std::promise<TransferResult>>& promise);
   Call plain_call(Request request, Duration timeout, bool needs_ok,
                   std::function<void(Result<Reply>)> done);
   // UNREGISTER; on success the I/O thread stops registering again.

@@ -56,7 +56,9 @@ class ReadLocks {
   ReadLock remove(Map::iterator it) {
     ReadLock lock = std::move(it->second);
     locks_.erase(it);
-    if ((held_[lock.client] -= lock.keys.size()) == 0) held_.erase(lock.client);
+    size_t& held = held_[lock.client];
+    held -= lock.keys.size();
+    if (held == 0) held_.erase(lock.client);
     return lock;
   }
   template <class Pred>

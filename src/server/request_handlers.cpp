@@ -235,7 +235,8 @@ void CacheService::handle_transfer(const std::string& client, const Request& r) 
     ok(client, r.id, {{"chunks", 0}, {"bytes", 0}, {"already_present", pending.already_present}});
     return;
   }
-  submit(client, *s, r, pending.direction, std::move(chunks), std::move(pending));
+  const Direction direction = pending.direction;  // read before `pending` is moved from
+  submit(client, *s, r, direction, std::move(chunks), std::move(pending));
 }
 
 void CacheService::submit(const std::string& client, Session& s, const Request& r,

@@ -38,6 +38,7 @@ void send_to(zmq::socket_t& router, const std::string& client, const std::string
     }
     static_cast<void>(router.send(zmq::buffer(body), zmq::send_flags::dontwait));
   } catch (const zmq::error_t&) {
+    // ignored: a reply that cannot be sent now is dropped; the call ends by its deadline (F8).
   }
 }
 

@@ -11,13 +11,6 @@
 namespace kvtier::server {
 namespace {
 
-// Bytes one tensor of group `g` spans on the device.
-size_t tensor_bytes(const KvLayout& layout, const KvGroup& g, uint32_t num_blocks) {
-  return size_t{num_blocks} * (layout.device_layout == DeviceLayout::kPerLayer
-                                   ? g.layer_block_bytes()
-                                   : g.block_bytes());
-}
-
 Status check_fits(const SharedKvMemory& memory, const KvLayout& layout) {
   if (Status st = layout.validate(); !st) return st;
   if (memory.groups.size() != layout.groups.size()) {
@@ -26,9 +19,8 @@ Status check_fits(const SharedKvMemory& memory, const KvLayout& layout) {
                           " groups, the layout " + std::to_string(layout.groups.size()));
   }
   for (size_t i = 0; i < layout.groups.size(); ++i) {
-    const KvGroup& g = layout.groups[i];
     const GroupTensors& t = memory.groups[i];
-    const size_t tensors = layout.device_layout == DeviceLayout::kPerLayer ? g.layers : 1;
+    const size_t tensors = layout.tensors_per_group(i);
     if (t.offsets.size() != tensors) {
       return make_error(ErrorCode::kInvalidArgument,
                         "group " + std::to_string(i) + " needs " + std::to_string(tensors) +
@@ -38,7 +30,9 @@ Status check_fits(const SharedKvMemory& memory, const KvLayout& layout) {
       return make_error(ErrorCode::kInvalidArgument,
                         "group " + std::to_string(i) + " has no blocks");
     }
-    const size_t span = tensor_bytes(layout, g, t.num_blocks);
+    Result<size_t> bytes = layout.tensor_bytes(i, t.num_blocks);
+    if (!bytes) return std::unexpected(bytes.error());
+    const size_t span = *bytes;
     for (uint64_t offset : t.offsets) {
       if (offset > memory.bytes || span > memory.bytes - offset) {
         return make_error(ErrorCode::kInvalidArgument,

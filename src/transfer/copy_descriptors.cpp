@@ -16,8 +16,7 @@ void validate_addresses(const KvLayout& layout, const KvCacheAddresses& caches,
                                 " groups, layout has " + std::to_string(layout.groups.size()));
   }
   for (size_t g = 0; g < layout.groups.size(); ++g) {
-    const size_t want =
-        layout.device_layout == DeviceLayout::kPerLayer ? layout.groups[g].layers : 1;
+    const size_t want = layout.tensors_per_group(g);
     if (caches.groups[g].bases.size() != want) {
       throw std::invalid_argument("KV cache addresses: group " + std::to_string(g) + " has " +
                                   std::to_string(caches.groups[g].bases.size()) +

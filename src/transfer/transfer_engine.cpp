@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "kvtier/device/device_fault.h"
+#include "resource_pools.h"
 
 namespace kvtier {
 
@@ -37,6 +38,12 @@ struct TransferEngine::Lane {
   bool unprovable = false;  // some transfer on it is Unprovable: quarantine (F7)
 };
 
+struct TransferEngine::Pools {
+  ResourcePool<StreamHandle> streams;
+  ResourcePool<EventHandle> events;
+  ResourcePool<DescriptorBuffer> buffers;
+};
+
 struct TransferEngine::Transfer {
   JobId job = 0;
   Direction direction = Direction::kStore;
@@ -67,9 +74,9 @@ TransferEngine::TransferEngine(Device& device, KvLayout layout, KvCacheAddresses
       compute_stream_(compute_stream),
       options_(options),
       clock_(clock),
-      streams_(make_stream_pool(device)),
-      events_(make_event_pool(device)),
-      buffers_(make_descriptor_buffer_pool()) {
+      pools_(new Pools{.streams = make_stream_pool(device),
+                       .events = make_event_pool(device),
+                       .buffers = make_descriptor_buffer_pool()}) {
   if (Status s = layout_.validate(); !s) throw std::invalid_argument(s.error().message);
   validate_addresses(layout_, caches_, slots_);
   if (options_.max_batch_descriptors == 0) {
@@ -107,13 +114,13 @@ void TransferEngine::submit(JobId job, Direction direction, std::span<const Chun
   t.job = job;
   t.direction = direction;
   t.deadline = clock_.now() + options_.deadline;
-  t.buffer = buffers_.acquire();
+  t.buffer = pools_->buffers.acquire();
   // Bad arguments propagate (F2); nothing is enqueued yet.
   try {
     *t.buffer =
         build_copy_descriptors(layout_, caches_, slots_, direction, chunks, options_.coalesce);
   } catch (...) {
-    buffers_.release(std::move(t.buffer));
+    pools_->buffers.release(std::move(t.buffer));
     throw;
   }
   t.descriptors = t.buffer->size();
@@ -142,12 +149,13 @@ void TransferEngine::submit(JobId job, Direction direction, std::span<const Chun
     }
   }
   auto& lane = lanes_[d];
-  if (!lane || lane->faulted) lane = std::make_shared<Lane>(Lane{.stream = streams_.acquire()});
+  if (!lane || lane->faulted)
+    lane = std::make_shared<Lane>(Lane{.stream = pools_->streams.acquire()});
   t.lane = lane;
   ++lane->users;
   const StreamHandle stream = lane->stream;
-  t.fence = events_.acquire();
-  t.end = events_.acquire();
+  t.fence = pools_->events.acquire();
+  t.end = pools_->events.acquire();
   t.holds_device_resources = true;
   const size_t cap = std::min(options_.max_batch_descriptors, device_.max_descriptors_per_call());
   const std::span<const CopyDescriptor> all(*t.buffer);
@@ -194,9 +202,9 @@ void TransferEngine::submit(JobId job, Direction direction, std::span<const Chun
     // takes no more work.
     t.lane->faulted = t.lane->unprovable = true;
     release_lane(t, Outcome::kUnprovable);
-    events_.quarantine(t.fence);
-    events_.quarantine(t.end);
-    buffers_.quarantine(std::move(t.buffer));
+    pools_->events.quarantine(t.fence);
+    pools_->events.quarantine(t.end);
+    pools_->buffers.quarantine(std::move(t.buffer));
     fail_stop(direction, false);
     throw;
   }
@@ -249,6 +257,7 @@ void TransferEngine::decide(Transfer& t, bool poisoned) {
 }
 
 void TransferEngine::finish(Transfer& t) {
+  if (!t.outcome) throw std::logic_error("TransferEngine::finish: job has no outcome yet");
   const Outcome outcome = *t.outcome;
   if (outcome == Outcome::kCompleted) {
     ++stats_.completed;
@@ -262,28 +271,28 @@ void TransferEngine::finish(Transfer& t) {
   }
   if (!t.holds_device_resources) {
     // Failed before acquiring anything (poisoned direction): the buffer saw no fault.
-    buffers_.release(std::move(t.buffer));
+    pools_->buffers.release(std::move(t.buffer));
     return;
   }
   release_lane(t, outcome);
   switch (outcome) {
     case Outcome::kCompleted:
-      events_.release(t.fence);
-      events_.release(t.end);
-      buffers_.release(std::move(t.buffer));
+      pools_->events.release(t.fence);
+      pools_->events.release(t.end);
+      pools_->buffers.release(std::move(t.buffer));
       break;
     case Outcome::kFailed:
       // F6: the end marker completed (or nothing was enqueued), so nothing uses these any
       // more; they saw a fault, so they are destroyed, never pooled.
-      events_.discard(t.fence);
-      events_.discard(t.end);
-      buffers_.discard(std::move(t.buffer));
+      pools_->events.discard(t.fence);
+      pools_->events.discard(t.end);
+      pools_->buffers.discard(std::move(t.buffer));
       break;
     case Outcome::kUnprovable:
       // F7: the device may still run these copies: keep everything they touch forever.
-      events_.quarantine(t.fence);
-      events_.quarantine(t.end);
-      buffers_.quarantine(std::move(t.buffer));
+      pools_->events.quarantine(t.fence);
+      pools_->events.quarantine(t.end);
+      pools_->buffers.quarantine(std::move(t.buffer));
       break;
   }
 }
@@ -296,11 +305,11 @@ void TransferEngine::release_lane(Transfer& t, Outcome outcome) {
   // Every transfer on the lane has been reported: none of its copies can still run, unless
   // one of them is Unprovable.
   if (lane.unprovable) {
-    streams_.quarantine(lane.stream);
+    pools_->streams.quarantine(lane.stream);
   } else if (lane.faulted) {
-    streams_.discard(lane.stream);
+    pools_->streams.discard(lane.stream);
   } else {
-    streams_.release(lane.stream);
+    pools_->streams.release(lane.stream);
   }
   auto& current = lanes_[static_cast<int>(t.direction)];
   if (current == t.lane) current.reset();
@@ -371,9 +380,9 @@ size_t TransferEngine::in_flight() const {
 
 TransferStats TransferEngine::stats() const {
   TransferStats s = stats_;
-  s.streams = streams_.counts();
-  s.events = events_.counts();
-  s.descriptor_buffers = buffers_.counts();
+  s.streams = pools_->streams.counts();
+  s.events = pools_->events.counts();
+  s.descriptor_buffers = pools_->buffers.counts();
   return s;
 }
 
@@ -382,9 +391,10 @@ Status TransferEngine::audit() const {
     return make_error(ErrorCode::kFailedPrecondition,
                       "audit: " + std::to_string(in_flight()) + " transfers still in flight");
   }
-  const std::pair<const char*, PoolCounts> pools[] = {{"streams", streams_.counts()},
-                                                      {"events", events_.counts()},
-                                                      {"descriptor buffers", buffers_.counts()}};
+  const std::pair<const char*, PoolCounts> pools[] = {
+      {"streams", pools_->streams.counts()},
+      {"events", pools_->events.counts()},
+      {"descriptor buffers", pools_->buffers.counts()}};
   for (const auto& [name, c] : pools) {
     if (!c.conserved() || c.in_use != 0) {
       return make_error(ErrorCode::kInternal, std::string("audit: ") + name + " leaked: created " +

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "cache_test_util.h"
-#include "kvtier/cache/lru_policy.h"
+#include "lru_policy.h"
 
 namespace kvtier {
 namespace {

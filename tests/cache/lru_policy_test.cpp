@@ -1,4 +1,4 @@
-#include "kvtier/cache/lru_policy.h"
+#include "lru_policy.h"
 
 #include <gtest/gtest.h>
 

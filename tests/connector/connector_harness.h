@@ -104,13 +104,10 @@ class Rank {
   Rank(uint32_t rank, const KvLayout& layout, const HarnessOptions& o, FaultPlan plan,
        const Clock& clock)
       : index(rank), layout_(layout), fault(host, std::move(plan)) {
-    for (const KvGroup& g : layout.groups) {
+    for (size_t g = 0; g < layout.groups.size(); ++g) {
       GroupCacheAddresses cache{.num_blocks = o.num_blocks};
-      const bool per_layer = layout.device_layout == DeviceLayout::kPerLayer;
-      const size_t tensors = per_layer ? g.layers : 1;
-      const size_t bytes =
-          size_t{o.num_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
-      for (size_t i = 0; i < tensors; ++i) {
+      const size_t bytes = layout.tensor_bytes(g, o.num_blocks).value();
+      for (size_t i = 0; i < layout.tensors_per_group(g); ++i) {
         DeviceAddress a = fault.allocate(bytes);
         std::memset(reinterpret_cast<void*>(a), 0, bytes);
         cache.bases.push_back(a);

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "gate.h"
 #include "kvtier/device/device_fault.h"
 #include "kvtier/device/fault_injecting_device.h"
-#include "kvtier/device/gate.h"
 #include "support/device_io.h"
 
 namespace kvtier::testing {

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "kvtier/device/gate.h"
+#include "gate.h"
 #include "support/byte_pattern.h"
 #include "support/device_io.h"
 

@@ -16,12 +16,10 @@ namespace kvtier::testing {
 class CacheMemory {
  public:
   CacheMemory(KvLayout layout, uint32_t num_blocks) : layout_(std::move(layout)) {
-    for (const KvGroup& g : layout_.groups) {
+    for (size_t g = 0; g < layout_.groups.size(); ++g) {
       GroupCacheAddresses group{.bases = {}, .num_blocks = num_blocks};
-      const bool per_layer = layout_.device_layout == DeviceLayout::kPerLayer;
-      const size_t tensors = per_layer ? g.layers : 1;
-      const size_t bytes = (per_layer ? g.layer_block_bytes() : g.block_bytes()) * num_blocks;
-      for (size_t t = 0; t < tensors; ++t) {
+      const size_t bytes = layout_.tensor_bytes(g, num_blocks).value();
+      for (size_t t = 0; t < layout_.tensors_per_group(g); ++t) {
         auto& buffer = buffers_.emplace_back(bytes / sizeof(float), 0.0f);
         group.bases.push_back(reinterpret_cast<DeviceAddress>(buffer.data()));
       }

@@ -24,9 +24,8 @@ class SharedKvRegion {
       : layout_(small_layout(DeviceLayout::kPerLayer)), num_blocks_(num_blocks) {
     static std::atomic<int> n{0};
     name_ = "/kvtier-test-kv-" + std::to_string(getpid()) + "-" + std::to_string(n++);
-    const KvGroup& g = layout_.groups[0];
-    tensor_bytes_ = size_t{num_blocks} * g.layer_block_bytes();
-    bytes_ = tensor_bytes_ * g.layers;
+    tensor_bytes_ = layout_.tensor_bytes(0, num_blocks).value();
+    bytes_ = layout_.total_bytes(num_blocks).value();
     const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
       throw std::runtime_error("SharedKvRegion: cannot create " + name_);
@@ -43,7 +42,7 @@ class SharedKvRegion {
 
   server::Registration registration(uint32_t rank = 0) const {
     server::GroupTensors tensors{.num_blocks = num_blocks_};
-    for (uint32_t l = 0; l < layout_.groups[0].layers; ++l)
+    for (size_t l = 0; l < layout_.tensors_per_group(0); ++l)
       tensors.offsets.push_back(l * tensor_bytes_);
     return server::Registration{
         .rank = rank,

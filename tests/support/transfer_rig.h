@@ -41,13 +41,11 @@ class TransferRig {
   explicit TransferRig(RigOptions options = {})
       : layout(small_layout(options.device_layout, options.blocks_per_chunk)),
         fault(host, std::move(options.plan)) {
-    const KvGroup& g = layout.groups[0];
     GroupCacheAddresses cache{.num_blocks = options.num_blocks};
-    const size_t tensors = layout.device_layout == DeviceLayout::kPerLayer ? g.layers : 1;
-    const size_t tensor_bytes =
-        size_t{options.num_blocks} *
-        (layout.device_layout == DeviceLayout::kPerLayer ? g.layer_block_bytes() : g.block_bytes());
-    for (size_t i = 0; i < tensors; ++i) cache.bases.push_back(fault.allocate(tensor_bytes));
+    const size_t tensor_bytes = layout.tensor_bytes(0, options.num_blocks).value();
+    for (size_t i = 0; i < layout.tensors_per_group(0); ++i) {
+      cache.bases.push_back(fault.allocate(tensor_bytes));
+    }
     caches.groups.push_back(cache);
     slot_bytes = layout.max_chunk_bytes();
     host_memory = static_cast<std::byte*>(
@@ -71,21 +69,11 @@ class TransferRig {
 
   // Bytes of `block` in `layer` (kPerLayer) or of the whole block (kCrossLayer, layer == 0).
   std::byte* block_piece(uint32_t block, uint32_t layer = 0) const {
-    const KvGroup& g = group();
-    if (layout.device_layout == DeviceLayout::kPerLayer) {
-      return reinterpret_cast<std::byte*>(caches.groups[0].bases[layer] +
-                                          uint64_t{block} * g.layer_block_bytes());
-    }
-    return reinterpret_cast<std::byte*>(caches.groups[0].bases[0] +
-                                        uint64_t{block} * g.block_bytes());
+    return reinterpret_cast<std::byte*>(caches.groups[0].bases.at(layer) +
+                                        uint64_t{block} * layout.tensor_block_bytes(0));
   }
-  size_t piece_bytes() const {
-    return layout.device_layout == DeviceLayout::kPerLayer ? group().layer_block_bytes()
-                                                           : group().block_bytes();
-  }
-  uint32_t pieces_per_block() const {
-    return layout.device_layout == DeviceLayout::kPerLayer ? group().layers : 1;
-  }
+  size_t piece_bytes() const { return layout.tensor_block_bytes(0); }
+  uint32_t pieces_per_block() const { return static_cast<uint32_t>(layout.tensors_per_group(0)); }
   // The seed a block's piece carries when written by write_block(block, seed).
   static uint64_t piece_seed(uint64_t seed, uint32_t piece) { return seed * 131 + piece; }
 

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kvtier/tier/redis_key_slot.h"
+#include "redis/redis_key_slot.h"
 #include "support/byte_pattern.h"
 
 namespace kvtier {

@@ -1,8 +1,8 @@
 // RedisTier against a real three-master Redis Cluster on loopback ports, started by the test.
 #include <gtest/gtest.h>
 
-#include "kvtier/tier/redis_key_slot.h"
 #include "kvtier/tier/redis_tier.h"
+#include "redis/redis_key_slot.h"
 #include "redis_process.h"
 #include "redis_test_util.h"
 #include "support/temp_dir.h"

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "gate.h"
 #include "kvtier/device/device_fault.h"
 #include "kvtier/transfer/transfer_engine.h"
 #include "support/transfer_rig.h"

@@ -41,13 +41,12 @@ class TransferOnDevice : public ::testing::TestWithParam<TransferOnDeviceParam> 
     device_ = std::move(*opened);
     fault_ = std::make_unique<FaultInjectingDevice>(*device_, FaultPlan{});
     layout_ = small_layout(GetParam().layout);
-    const KvGroup& g = layout_.groups[0];
-    const bool per_layer = layout_.device_layout == DeviceLayout::kPerLayer;
-    piece_bytes_ = per_layer ? g.layer_block_bytes() : g.block_bytes();
+    piece_bytes_ = layout_.tensor_block_bytes(0);
+    const size_t tensor_bytes = layout_.tensor_bytes(0, kBlocks).value();
     GroupCacheAddresses cache{.num_blocks = kBlocks};
-    for (size_t i = 0; i < (per_layer ? g.layers : 1u); ++i) {
-      cache.bases.push_back(device_->allocate(kBlocks * piece_bytes_));
-      write_device(*device_, cache.bases.back(), kBlocks * piece_bytes_, 100 + i);
+    for (size_t i = 0; i < layout_.tensors_per_group(0); ++i) {
+      cache.bases.push_back(device_->allocate(tensor_bytes));
+      write_device(*device_, cache.bases.back(), tensor_bytes, 100 + i);
     }
     caches_.groups.push_back(cache);
     const size_t pool_bytes = layout_.max_chunk_bytes() * kSlots;

@@ -77,7 +77,7 @@ class RemoteWorkerConnector final : public WorkerConnector {
     std::string failed_now;  // a part that could not be sent: the job fails
   };
 
-  void submit(const TransferJob& job, Direction direction);
+  void submit(const TransferJob& transfer, Direction direction);
   std::optional<uint32_t> take_scratch(uint32_t group);
   uint32_t scratch_block(uint32_t group, uint32_t scratch, uint32_t i) const;
   void copy_block(uint32_t group, uint32_t from, uint32_t to);

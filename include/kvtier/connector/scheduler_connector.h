@@ -181,7 +181,7 @@ class SchedulerConnector {
   void extend_keys(RequestState& r, std::span<const TokenId> tokens);
   void add_blocks(RequestState& r, const GroupBlocks& blocks, std::vector<JobId>& flush);
   void build_stores(RequestState& r, const ScheduledRequest& s, StepMetadata& meta);
-  void ack(JobId job, uint32_t rank, Outcome outcome, StepOutcome& out);
+  void ack(JobId id, uint32_t rank, Outcome outcome, StepOutcome& out);
   void retire(Job& job, StepOutcome& out);
   void fail_stop(std::string reason, StepOutcome& out);
   void init();  // validates the options, sizes the per-group state

@@ -46,8 +46,26 @@ struct KvLayout {
   DeviceLayout device_layout = DeviceLayout::kPerLayer;
   std::vector<KvGroup> groups;
 
-  // Every field nonzero, at least one group. The message names the offending field.
+  // Every field nonzero, at least one group, and a chunk's bytes (hence a block's and a layer
+  // block's) fit in size_t. The message names the offending field or group.
   Status validate() const;
+
+  // KV-cache allocation: every engine, rig and benchmark allocates a group's device cache as
+  // tensors_per_group() tensors of tensor_bytes() each, and addresses block b of a tensor at
+  // b * tensor_block_bytes(). `group` indexes `groups` (std::out_of_range otherwise).
+  //
+  // Device tensors one group's KV cache is made of: `layers` (kPerLayer) or 1 (kCrossLayer).
+  size_t tensors_per_group(size_t group) const;
+  // Bytes of one block in one tensor: layer_block_bytes() (kPerLayer) or block_bytes()
+  // (kCrossLayer). Precondition: validate() passed (so the product cannot overflow).
+  size_t tensor_block_bytes(size_t group) const;
+  // Bytes one tensor of `group` spans with `num_blocks` blocks. kInvalidArgument when the
+  // product overflows size_t (or a group field multiplies past it): never a wrapped size.
+  Result<size_t> tensor_bytes(size_t group, uint32_t num_blocks) const;
+  // Bytes of every tensor of every group, each group with `num_blocks` blocks: what one rank's
+  // device KV cache takes. kInvalidArgument on overflow, as tensor_bytes.
+  Result<size_t> total_bytes(uint32_t num_blocks) const;
+
   // Largest chunk of any group: the host slot size.
   size_t max_chunk_bytes() const;
   // Hash of every field: part of each ChunkKey's namespace, so differently shaped KV never

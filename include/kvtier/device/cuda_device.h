@@ -28,10 +28,11 @@
 #include <unordered_map>
 
 #include "kvtier/core/status.h"
-#include "kvtier/device/address_ranges.h"
 #include "kvtier/device/device.h"
 
 namespace kvtier {
+
+class AddressRanges;  // internal: the memory ranges every copy is checked against
 
 struct CudaDeviceOptions {
   int ordinal = 0;
@@ -51,8 +52,8 @@ class CudaDevice final : public Device {
   // exist; kInvalidArgument for zero caps or a piece size that is not whole pages.
   static Result<std::unique_ptr<CudaDevice>> open(CudaDeviceOptions options = {});
   // Waits for the device's work, then destroys what is left (streams, events, allocations,
-  // imported mappings) and unregisters host memory still registered. Open any Gate that work
-  // waits on first.
+  // imported mappings) and unregisters host memory still registered. Release any work held
+  // on the host (FaultInjectingDevice::release_hangs) first.
   ~CudaDevice() override;
 
   std::string name() const override { return "cuda:" + std::to_string(options_.ordinal); }
@@ -98,7 +99,7 @@ class CudaDevice final : public Device {
   void* const batch_api_;               // the resolved cuMemcpyBatchAsync, or null
   const bool batch_api_reports_index_;  // the CUDA 12.8 ABI, with a failure index
   mutable std::mutex mu_;
-  AddressRanges ranges_;
+  std::unique_ptr<AddressRanges> ranges_;  // never null
   std::set<DeviceAddress> imported_;
   std::unordered_map<uint32_t, void*> streams_;
   std::unordered_map<uint32_t, void*> events_;

@@ -16,9 +16,10 @@
 
 #include "kvtier/device/device.h"
 #include "kvtier/device/fault_plan.h"
-#include "kvtier/device/gate.h"
 
 namespace kvtier {
+
+class Gate;  // internal: the latch that hung copies wait on
 
 struct InjectedFaultCounts {
   uint64_t copy_calls = 0;

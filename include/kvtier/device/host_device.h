@@ -21,15 +21,17 @@
 #include <vector>
 
 #include "kvtier/core/clock.h"
-#include "kvtier/device/address_ranges.h"
 #include "kvtier/device/device.h"
 
 namespace kvtier {
 
+class AddressRanges;  // internal: the memory ranges every copy is checked against
+
 class HostDevice final : public Device {
  public:
   explicit HostDevice(size_t max_descriptors_per_call = 8192);
-  // Waits for every stream's queued work. Open any Gate that work waits on first.
+  // Waits for every stream's queued work. Release any work held on the host
+  // (FaultInjectingDevice::release_hangs, a host function waiting on a latch) first.
   ~HostDevice() override;
 
   std::string name() const override { return "host"; }
@@ -63,7 +65,8 @@ class HostDevice final : public Device {
   void release_adopted_memory(void* ptr);
 
   // Test support: returns once every stream is idle, or blocked on an event that has not
-  // completed, or blocked on a closed Gate. After it returns, any copy that could run has run.
+  // completed, or blocked on a closed latch (the internal Gate). After it returns, any copy that
+  // could run has run.
   void quiesce();
   // Streams created and not yet destroyed.
   size_t live_streams() const;
@@ -82,8 +85,8 @@ class HostDevice final : public Device {
   mutable std::mutex mu_;
   // Signalled when an op finishes or a stream blocks: synchronize() and quiesce() wait here.
   std::condition_variable changed_;
-  AddressRanges ranges_;
-  std::set<DeviceAddress> adopted_;  // device ranges the caller owns (adopt_device_memory)
+  std::unique_ptr<AddressRanges> ranges_;  // never null
+  std::set<DeviceAddress> adopted_;        // device ranges the caller owns (adopt_device_memory)
   std::unordered_map<uint32_t, std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Stream>> retired_streams_;  // destroyed, thread draining
   std::unordered_map<uint32_t, std::unique_ptr<Event>> events_;

@@ -35,7 +35,6 @@
 #include "kvtier/core/status.h"
 #include "kvtier/device/device.h"
 #include "kvtier/transfer/copy_descriptors.h"
-#include "kvtier/transfer/resource_pools.h"
 #include "kvtier/transfer/transfer_result.h"
 
 namespace kvtier {
@@ -49,6 +48,19 @@ struct TransferOptions {
 
 // The engine's options as the `transfer` config section sets them.
 TransferOptions transfer_options(const TransferConfig& config);
+
+// The per-transfer resources of one kind (streams, events, descriptor buffers). F6: one that saw
+// a fault is never pooled again; it is discarded, or quarantined for the life of the process.
+struct PoolCounts {
+  size_t created = 0;
+  size_t in_use = 0;
+  size_t pooled = 0;
+  size_t discarded = 0;
+  size_t quarantined = 0;
+
+  // Conservation: every resource ever created is in exactly one state.
+  bool conserved() const { return created == in_use + pooled + discarded + quarantined; }
+};
 
 struct TransferStats {
   uint64_t submitted = 0;
@@ -120,9 +132,8 @@ class TransferEngine {
   TransferOptions options_;
   const Clock& clock_;
 
-  ResourcePool<StreamHandle> streams_;
-  ResourcePool<EventHandle> events_;
-  ResourcePool<DescriptorBuffer> buffers_;
+  struct Pools;                        // internal: the stream, event and descriptor buffer pools
+  std::unique_ptr<Pools> pools_;       // never null
   std::deque<Transfer> fifo_[2];       // indexed by Direction
   std::shared_ptr<Lane> lanes_[2];     // the stream new transfers of a direction go on
   bool closed_[2] = {false, false};    // new submissions fail before enqueueing anything

@@ -22,12 +22,12 @@ SharedKvArena::SharedKvArena(const KvLayout& layout, uint32_t num_blocks,
     : layout_(layout), num_blocks_(num_blocks) {
   static std::atomic<int> serial{0};
   name_ = "/kvtier-" + name_hint + "-" + std::to_string(getpid()) + "-" + std::to_string(serial++);
-  const bool per_layer = layout.device_layout == DeviceLayout::kPerLayer;
-  for (const KvGroup& g : layout.groups) {
+  Result<size_t> total = layout.total_bytes(num_blocks);  // every offset below fits
+  if (!total) throw std::invalid_argument("shared KV memory: " + total.error().message);
+  for (size_t g = 0; g < layout.groups.size(); ++g) {
     server::GroupTensors tensors{.num_blocks = num_blocks};
-    const size_t tensor =
-        size_t{num_blocks} * (per_layer ? g.layer_block_bytes() : g.block_bytes());
-    for (size_t i = 0; i < (per_layer ? g.layers : 1); ++i) {
+    const size_t tensor = *layout.tensor_bytes(g, num_blocks);
+    for (size_t i = 0; i < layout.tensors_per_group(g); ++i) {
       tensors.offsets.push_back(bytes_);
       bytes_ += tensor;
     }

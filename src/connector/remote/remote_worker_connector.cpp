@@ -41,9 +41,7 @@ RemoteWorkerConnector::~RemoteWorkerConnector() {
 }
 
 void RemoteWorkerConnector::copy_block(uint32_t group, uint32_t from, uint32_t to) {
-  const KvGroup& g = layout_.groups.at(group);
-  const bool per_layer = layout_.device_layout == DeviceLayout::kPerLayer;
-  const size_t bytes = per_layer ? g.layer_block_bytes() : g.block_bytes();
+  const size_t bytes = layout_.tensor_block_bytes(group);
   for (DeviceAddress base : all_.groups.at(group).bases) {
     auto* p = reinterpret_cast<std::byte*>(base);
     std::memcpy(p + size_t{to} * bytes, p + size_t{from} * bytes, bytes);
@@ -65,22 +63,22 @@ std::optional<uint32_t> RemoteWorkerConnector::take_scratch(uint32_t group) {
   return std::nullopt;
 }
 
-void RemoteWorkerConnector::submit(const TransferJob& t, Direction direction) {
+void RemoteWorkerConnector::submit(const TransferJob& transfer, Direction direction) {
   Job job{.direction = direction};
   job.blocks.resize(layout_.groups.size());
-  if (t.keys.size() != t.chunks.size()) {
-    job.failed_now = "job " + std::to_string(t.job) + " carries no chunk keys";
+  if (transfer.keys.size() != transfer.chunks.size()) {
+    job.failed_now = "job " + std::to_string(transfer.job) + " carries no chunk keys";
   }
   // Per group: the rank's keys and the chunks' blocks of one request.
   std::vector<std::vector<ChunkKey>> keys(layout_.groups.size());
   std::vector<std::vector<std::vector<uint32_t>>> blocks(layout_.groups.size());
-  for (size_t i = 0; i < t.chunks.size() && job.failed_now.empty(); ++i) {
-    const ChunkTransfer& c = t.chunks[i];
+  for (size_t i = 0; i < transfer.chunks.size() && job.failed_now.empty(); ++i) {
+    const ChunkTransfer& c = transfer.chunks[i];
     if (c.group >= layout_.groups.size()) {
-      throw std::invalid_argument("job " + std::to_string(t.job) + ": group " +
+      throw std::invalid_argument("job " + std::to_string(transfer.job) + ": group " +
                                   std::to_string(c.group));
     }
-    const ChunkKey key = rank_key(t.keys[i], rank_);
+    const ChunkKey key = rank_key(transfer.keys[i], rank_);
     job.blocks[c.group].insert(job.blocks[c.group].end(), c.blocks.begin(), c.blocks.end());
     if (c.first_block == 0) {
       keys[c.group].push_back(key);
@@ -94,22 +92,24 @@ void RemoteWorkerConnector::submit(const TransferJob& t, Direction direction) {
       continue;
     }
     std::vector<uint32_t> whole;
+    whole.reserve(layout_.groups[c.group].blocks_per_chunk);
     for (uint32_t b = 0; b < layout_.groups[c.group].blocks_per_chunk; ++b) {
       whole.push_back(scratch_block(c.group, *scratch, b));
     }
     job.copies.push_back(ScratchCopy{
         .group = c.group, .scratch = *scratch, .first_block = c.first_block, .to = c.blocks});
     job.parts.push_back(
-        client_->retrieve(t.job, c.group, {key}, {std::move(whole)}, 0, load_hook_));
+        client_->retrieve(transfer.job, c.group, {key}, {std::move(whole)}, 0, load_hook_));
   }
   for (uint32_t g = 0; g < layout_.groups.size() && job.failed_now.empty(); ++g) {
     if (keys[g].empty()) continue;
     job.parts.push_back(
         direction == Direction::kStore
-            ? client_->store(t.job, g, std::move(keys[g]), std::move(blocks[g]), store_hook_)
-            : client_->retrieve(t.job, g, std::move(keys[g]), std::move(blocks[g]), 0, load_hook_));
+            ? client_->store(transfer.job, g, std::move(keys[g]), std::move(blocks[g]), store_hook_)
+            : client_->retrieve(transfer.job, g, std::move(keys[g]), std::move(blocks[g]), 0,
+                                load_hook_));
   }
-  jobs_.emplace(t.job, std::move(job));
+  jobs_.emplace(transfer.job, std::move(job));
 }
 
 void RemoteWorkerConnector::start_load(const StepMetadata& metadata) {

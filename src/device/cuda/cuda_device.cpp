@@ -6,6 +6,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "address_ranges.h"
 #include "cuda/cuda_copy.h"
 #include "cuda/cuda_error.h"
 #include "kvtier/device/device_fault.h"
@@ -71,7 +72,8 @@ CudaDevice::CudaDevice(CudaDeviceOptions options, std::string gpu_name, void* ba
     : options_(options),
       gpu_name_(std::move(gpu_name)),
       batch_api_(batch_api),
-      batch_api_reports_index_(batch_api_reports_index) {}
+      batch_api_reports_index_(batch_api_reports_index),
+      ranges_(std::make_unique<AddressRanges>()) {}
 
 CudaDevice::~CudaDevice() {
   // Errors are ignored here: after a sticky fault every call fails, and there is nothing
@@ -81,11 +83,11 @@ CudaDevice::~CudaDevice() {
   std::lock_guard lock(mu_);
   for (auto& [id, s] : streams_) (void)cudaStreamDestroy(as_stream(s));
   for (auto& [id, e] : events_) (void)cudaEventDestroy(as_event(e));
-  ranges_.for_each(AddressRanges::Kind::kDevice, [&](DeviceAddress addr, size_t) {
+  ranges_->for_each(AddressRanges::Kind::kDevice, [&](DeviceAddress addr, size_t) {
     void* p = reinterpret_cast<void*>(addr);
     (void)(imported_.contains(addr) ? cudaIpcCloseMemHandle(p) : cudaFree(p));
   });
-  ranges_.for_each(AddressRanges::Kind::kHost, [&](DeviceAddress addr, size_t bytes) {
+  ranges_->for_each(AddressRanges::Kind::kHost, [&](DeviceAddress addr, size_t bytes) {
     unregister_pieces(reinterpret_cast<void*>(addr), bytes);
   });
 }
@@ -123,7 +125,7 @@ DeviceAddress CudaDevice::allocate(size_t bytes) {
   }
   const auto addr = reinterpret_cast<DeviceAddress>(p);
   std::lock_guard lock(mu_);
-  ranges_.add(addr, bytes, AddressRanges::Kind::kDevice, "CudaDevice::allocate");
+  ranges_->add(addr, bytes, AddressRanges::Kind::kDevice, "CudaDevice::allocate");
   return addr;
 }
 
@@ -133,7 +135,7 @@ void CudaDevice::free(DeviceAddress addr) {
     if (imported_.contains(addr)) {
       throw std::invalid_argument("CudaDevice::free: an imported address (close_imported it)");
     }
-    ranges_.remove(addr, AddressRanges::Kind::kDevice, "CudaDevice::free");
+    ranges_->remove(addr, AddressRanges::Kind::kDevice, "CudaDevice::free");
   }
   make_current();
   check(cudaFree(reinterpret_cast<void*>(addr)), "cudaFree");
@@ -152,7 +154,7 @@ DeviceAddress CudaDevice::register_host(void* ptr, size_t bytes) {
   make_current();
   // The lock is held across registration so an overlapping registration cannot race in.
   std::lock_guard lock(mu_);
-  if (addr + bytes < addr || ranges_.overlaps(addr, bytes)) {
+  if (addr + bytes < addr || ranges_->overlaps(addr, bytes)) {
     throw std::invalid_argument("CudaDevice::register_host: range overlaps a registered range");
   }
   auto* base = static_cast<std::byte*>(ptr);
@@ -167,7 +169,7 @@ DeviceAddress CudaDevice::register_host(void* ptr, size_t bytes) {
     }
   }
   try {
-    ranges_.add(addr, bytes, AddressRanges::Kind::kHost, "CudaDevice::register_host");
+    ranges_->add(addr, bytes, AddressRanges::Kind::kHost, "CudaDevice::register_host");
   } catch (...) {
     unregister_pieces(ptr, bytes);
     throw;
@@ -179,8 +181,8 @@ void CudaDevice::unregister_host(void* ptr) {
   size_t bytes = 0;
   {
     std::lock_guard lock(mu_);
-    bytes = ranges_.remove(reinterpret_cast<DeviceAddress>(ptr), AddressRanges::Kind::kHost,
-                           "CudaDevice::unregister_host");
+    bytes = ranges_->remove(reinterpret_cast<DeviceAddress>(ptr), AddressRanges::Kind::kHost,
+                            "CudaDevice::unregister_host");
   }
   make_current();
   auto* base = static_cast<std::byte*>(ptr);
@@ -199,11 +201,11 @@ StreamHandle CudaDevice::create_stream() {
   return StreamHandle{id};
 }
 
-void CudaDevice::destroy_stream(StreamHandle h) {
+void CudaDevice::destroy_stream(StreamHandle stream) {
   void* s = nullptr;
   {
     std::lock_guard lock(mu_);
-    auto it = streams_.find(h.id);
+    auto it = streams_.find(stream.id);
     if (it == streams_.end()) throw std::invalid_argument("CudaDevice: unknown stream");
     s = it->second;
     streams_.erase(it);
@@ -222,11 +224,11 @@ EventHandle CudaDevice::create_event() {
   return EventHandle{id};
 }
 
-void CudaDevice::destroy_event(EventHandle h) {
+void CudaDevice::destroy_event(EventHandle event) {
   void* e = nullptr;
   {
     std::lock_guard lock(mu_);
-    auto it = events_.find(h.id);
+    auto it = events_.find(event.id);
     if (it == events_.end()) throw std::invalid_argument("CudaDevice: unknown event");
     e = it->second;
     events_.erase(it);
@@ -279,7 +281,7 @@ void CudaDevice::copy_batch(StreamHandle stream, CopyKind kind,
   }
   {
     std::lock_guard lock(mu_);
-    ranges_.check_copies(kind, descriptors, "CudaDevice::copy_batch");
+    ranges_->check_copies(kind, descriptors, "CudaDevice::copy_batch");
   }
   void* s = stream_of(stream);
   if (descriptors.empty()) return;
@@ -293,7 +295,7 @@ void CudaDevice::launch_host_func(StreamHandle stream, std::function<void()> fn)
   make_current();
   auto owned = std::make_unique<std::function<void()>>(std::move(fn));
   check(cudaLaunchHostFunc(as_stream(s), run_host_func, owned.get()), "cudaLaunchHostFunc");
-  owned.release();  // run_host_func owns it now
+  static_cast<void>(owned.release());  // run_host_func owns it now
 }
 
 }  // namespace kvtier

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "address_ranges.h"
 #include "cuda/cuda_error.h"
 #include "kvtier/device/cuda_device.h"
 
@@ -22,12 +23,12 @@ Result<std::vector<std::byte>> CudaDevice::export_memory(DeviceAddress addr) {
   uint64_t bytes = 0;
   {
     std::lock_guard lock(mu_);
-    if (imported_.contains(addr) || !ranges_.contains(addr, 1, AddressRanges::Kind::kDevice)) {
+    if (imported_.contains(addr) || !ranges_->contains(addr, 1, AddressRanges::Kind::kDevice)) {
       return make_error(ErrorCode::kInvalidArgument,
                         "cuda export_memory: not an allocation of this device");
     }
     // The size of the allocation that starts at addr (export needs the allocation's base).
-    ranges_.for_each(AddressRanges::Kind::kDevice, [&](DeviceAddress base, size_t size) {
+    ranges_->for_each(AddressRanges::Kind::kDevice, [&](DeviceAddress base, size_t size) {
       if (base == addr) bytes = size;
     });
   }
@@ -69,7 +70,7 @@ Result<DeviceAddress> CudaDevice::import_memory(std::span<const std::byte> descr
   }
   const auto addr = reinterpret_cast<DeviceAddress>(p);
   std::lock_guard lock(mu_);
-  ranges_.add(addr, bytes, AddressRanges::Kind::kDevice, "CudaDevice::import_memory");
+  ranges_->add(addr, bytes, AddressRanges::Kind::kDevice, "CudaDevice::import_memory");
   imported_.insert(addr);
   return addr;
 }
@@ -80,7 +81,7 @@ void CudaDevice::close_imported(DeviceAddress addr) {
     if (!imported_.contains(addr)) {
       throw std::invalid_argument("CudaDevice::close_imported: not an imported address");
     }
-    ranges_.remove(addr, AddressRanges::Kind::kDevice, "CudaDevice::close_imported");
+    ranges_->remove(addr, AddressRanges::Kind::kDevice, "CudaDevice::close_imported");
     imported_.erase(addr);
   }
   make_current();

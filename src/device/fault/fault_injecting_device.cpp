@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "gate.h"
 #include "kvtier/device/device_fault.h"
 
 namespace kvtier {

@@ -6,7 +6,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "kvtier/device/gate.h"
+#include "address_ranges.h"
+#include "gate.h"
 
 namespace kvtier {
 
@@ -46,7 +47,8 @@ struct HostDevice::Event {
 };
 
 HostDevice::HostDevice(size_t max_descriptors_per_call)
-    : max_descriptors_per_call_(max_descriptors_per_call) {
+    : max_descriptors_per_call_(max_descriptors_per_call),
+      ranges_(std::make_unique<AddressRanges>()) {
   if (max_descriptors_per_call == 0) {
     throw std::invalid_argument("HostDevice: max_descriptors_per_call must be > 0");
   }
@@ -66,7 +68,7 @@ HostDevice::~HostDevice() {
     }
   }
   for (auto& s : all) s->thread.join();
-  ranges_.for_each(AddressRanges::Kind::kDevice, [this](DeviceAddress addr, size_t) {
+  ranges_->for_each(AddressRanges::Kind::kDevice, [this](DeviceAddress addr, size_t) {
     if (!adopted_.contains(addr)) std::free(reinterpret_cast<void*>(addr));
   });
 }
@@ -79,7 +81,7 @@ DeviceAddress HostDevice::allocate(size_t bytes) {
   std::memset(p, 0, rounded);
   std::lock_guard lock(mu_);
   const auto addr = reinterpret_cast<DeviceAddress>(p);
-  ranges_.add(addr, bytes, AddressRanges::Kind::kDevice, "HostDevice::allocate");
+  ranges_->add(addr, bytes, AddressRanges::Kind::kDevice, "HostDevice::allocate");
   return addr;
 }
 
@@ -88,7 +90,7 @@ void HostDevice::free(DeviceAddress addr) {
   if (adopted_.contains(addr)) {
     throw std::invalid_argument("HostDevice::free: adopted memory is the caller's to free");
   }
-  ranges_.remove(addr, AddressRanges::Kind::kDevice, "HostDevice::free");
+  ranges_->remove(addr, AddressRanges::Kind::kDevice, "HostDevice::free");
   std::free(reinterpret_cast<void*>(addr));
 }
 
@@ -96,7 +98,7 @@ DeviceAddress HostDevice::register_host(void* ptr, size_t bytes) {
   if (!ptr || bytes == 0) throw std::invalid_argument("HostDevice::register_host: empty range");
   std::lock_guard lock(mu_);
   const auto addr = reinterpret_cast<DeviceAddress>(ptr);
-  ranges_.add(addr, bytes, AddressRanges::Kind::kHost, "HostDevice::register_host");
+  ranges_->add(addr, bytes, AddressRanges::Kind::kHost, "HostDevice::register_host");
   return addr;
 }
 
@@ -105,7 +107,7 @@ DeviceAddress HostDevice::adopt_device_memory(void* ptr, size_t bytes) {
     throw std::invalid_argument("HostDevice::adopt_device_memory: empty range");
   std::lock_guard lock(mu_);
   const auto addr = reinterpret_cast<DeviceAddress>(ptr);
-  ranges_.add(addr, bytes, AddressRanges::Kind::kDevice, "HostDevice::adopt_device_memory");
+  ranges_->add(addr, bytes, AddressRanges::Kind::kDevice, "HostDevice::adopt_device_memory");
   adopted_.insert(addr);
   return addr;
 }
@@ -116,14 +118,14 @@ void HostDevice::release_adopted_memory(void* ptr) {
   if (!adopted_.contains(addr)) {
     throw std::invalid_argument("HostDevice::release_adopted_memory: not adopted memory");
   }
-  ranges_.remove(addr, AddressRanges::Kind::kDevice, "HostDevice::release_adopted_memory");
+  ranges_->remove(addr, AddressRanges::Kind::kDevice, "HostDevice::release_adopted_memory");
   adopted_.erase(addr);
 }
 
 void HostDevice::unregister_host(void* ptr) {
   std::lock_guard lock(mu_);
-  ranges_.remove(reinterpret_cast<DeviceAddress>(ptr), AddressRanges::Kind::kHost,
-                 "HostDevice::unregister_host");
+  ranges_->remove(reinterpret_cast<DeviceAddress>(ptr), AddressRanges::Kind::kHost,
+                  "HostDevice::unregister_host");
 }
 
 StreamHandle HostDevice::create_stream() {
@@ -137,9 +139,9 @@ StreamHandle HostDevice::create_stream() {
   return StreamHandle{id};
 }
 
-void HostDevice::destroy_stream(StreamHandle h) {
+void HostDevice::destroy_stream(StreamHandle stream) {
   std::lock_guard lock(mu_);
-  auto it = streams_.find(h.id);
+  auto it = streams_.find(stream.id);
   if (it == streams_.end()) throw std::invalid_argument("HostDevice: unknown stream");
   it->second->stopping = true;
   it->second->cv.notify_one();
@@ -161,10 +163,10 @@ EventHandle HostDevice::create_event() {
   return EventHandle{id};
 }
 
-void HostDevice::destroy_event(EventHandle h) {
+void HostDevice::destroy_event(EventHandle event) {
   std::lock_guard lock(mu_);
-  if (events_.erase(h.id) == 0) throw std::invalid_argument("HostDevice: unknown event");
-  wake_waiters(h.id);  // a wait on a destroyed event is over
+  if (events_.erase(event.id) == 0) throw std::invalid_argument("HostDevice: unknown event");
+  wake_waiters(event.id);  // a wait on a destroyed event is over
   changed_.notify_all();
 }
 
@@ -245,7 +247,7 @@ void HostDevice::copy_batch(StreamHandle stream, CopyKind kind,
                                 std::to_string(max_descriptors_per_call_));
   }
   std::lock_guard lock(mu_);
-  ranges_.check_copies(kind, descriptors, "HostDevice::copy_batch");
+  ranges_->check_copies(kind, descriptors, "HostDevice::copy_batch");
   if (descriptors.empty()) {
     stream_locked(stream);
     return;

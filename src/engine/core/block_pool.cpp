@@ -29,7 +29,7 @@ std::optional<uint32_t> BlockPool::allocate() {
   } else if (!evictable_.empty()) {
     b = evictable_.front();
     evictable_.pop_front();
-    by_key_.erase(*keys_[b]);
+    by_key_.erase(keys_[b].value());  // an evictable block always has its key
     keys_[b].reset();
   } else {
     return std::nullopt;

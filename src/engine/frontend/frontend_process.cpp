@@ -58,7 +58,8 @@ int run_frontend(const Config& config, const std::filesystem::path& run_dir, std
     on_stop_signal(0);  // the server stopped by itself: shut down as well
   });
   out << "kvtier: serving " << config.engine.model_name << " on http://" << config.engine.host
-      << ":" << *port << std::endl;
+      << ":" << *port << '\n'
+      << std::flush;  // the line callers wait for
   char signo = 0;
   while (read(g_wake_pipe[0], &signo, 1) < 0 && errno == EINTR) {
   }

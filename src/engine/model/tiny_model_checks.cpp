@@ -52,7 +52,7 @@ void TinyModel::check(const ForwardInput& input, const KvLayout& layout,
           std::to_string(want.kv_heads) + "/" + std::to_string(want.head_dim) + "/" +
           std::to_string(want.dtype_bytes) + ")");
     }
-    const size_t bases = layout.device_layout == DeviceLayout::kPerLayer ? have.layers : 1;
+    const size_t bases = layout.tensors_per_group(g);
     if (cache.groups[g].bases.size() != bases) {
       bad("cache group " + std::to_string(g) + " has " +
           std::to_string(cache.groups[g].bases.size()) + " base addresses, the layout needs " +

@@ -75,6 +75,7 @@ class Ring {
              const IoEngine::Complete& complete, TimePoint deadline, IoPool* helpers) {
     depth = std::clamp<size_t>(depth, 1, entries_);
     std::vector<uint32_t> free_slots;
+    free_slots.reserve(slots_.size());
     for (uint32_t s = 0; s < slots_.size(); ++s) free_slots.push_back(s);
     struct Done {
       uint32_t slot;

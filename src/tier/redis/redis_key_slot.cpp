@@ -1,4 +1,4 @@
-#include "kvtier/tier/redis_key_slot.h"
+#include "redis_key_slot.h"
 
 namespace kvtier {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "kvtier/tier/redis_key_slot.h"
+#include "redis_key_slot.h"
 
 namespace kvtier::tier_internal {
 namespace {
@@ -34,6 +34,8 @@ std::optional<Redirect> parse_redirect(std::string_view error) {
   }
   const size_t space = error.find(' ');
   if (space == std::string_view::npos) return std::nullopt;
+  // from_chars reads [data, data + space), never up to a terminator.
+  // NOLINTNEXTLINE(bugprone-suspicious-stringview-data-usage)
   auto [end, ec] = std::from_chars(error.data(), error.data() + space, r.slot);
   if (ec != std::errc() || r.slot >= kRedisClusterSlots) return std::nullopt;
   Result<RedisEndpoint> to = parse_host_port(error.substr(space + 1));
@@ -191,7 +193,8 @@ Result<std::vector<RedisReplyPtr>> RedisRouter::execute(std::span<const RedisCom
   for (int round = 0; round <= kMaxRedirects && !pending.empty(); ++round) {
     std::map<std::string, std::pair<RedisEndpoint, std::vector<size_t>>> by_node;
     for (size_t i : pending) {
-      RedisEndpoint node = ask[i] ? *ask[i] : node_for(commands[i].key);
+      const std::optional<RedisEndpoint>& asked = ask[i];
+      RedisEndpoint node = asked ? *asked : node_for(commands[i].key);
       auto& group = by_node[node.to_string()];
       group.first = std::move(node);
       group.second.push_back(i);

@@ -33,6 +33,7 @@ Result<std::vector<RedisReplyPtr>> run_per_key(tier_internal::RedisRouter& route
   names.reserve(keys.size());
   for (const ChunkKey& key : keys) names.push_back(tier.redis_key(key));
   std::vector<RedisCommand> commands;
+  commands.reserve(names.size());
   for (const std::string& name : names) commands.push_back({.key = name, .args = {verb, name}});
   return router.execute(commands, deadline_after(timeout));
 }
@@ -76,6 +77,7 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
   std::vector<std::array<std::byte, kChunkRecordHeaderBytes>> headers(keys.size());
   std::vector<RedisCommand> commands;
   names.reserve(keys.size());
+  commands.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     names.push_back(redis_key(keys[i]));
     encode_chunk_header(keys[i], chunks[i], headers[i]);

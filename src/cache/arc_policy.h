@@ -45,7 +45,7 @@ class ArcPolicy final : public EvictionPolicy {
   size_t capacity() const { return capacity_; }
   size_t target_t1() const { return p_; }
   List list_of(const ChunkKey& key) const;
-  size_t list_size(List list) const;
+  size_t list_size(List which) const;
 
  private:
   cache_internal::KeyList& list(List which) const;

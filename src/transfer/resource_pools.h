@@ -1,4 +1,5 @@
-// Pools of the per-transfer resources: streams, events and descriptor buffers.
+// Pools of the per-transfer resources: streams, events and descriptor buffers (internal to
+// TransferEngine; their counts are public as PoolCounts in TransferStats).
 //
 // F6: a resource that saw a fault is never returned to its pool. It is either discarded
 // (destroyed or freed, once nothing can still use it: the transfer's end marker completed) or
@@ -13,19 +14,9 @@
 #include <vector>
 
 #include "kvtier/device/device.h"
+#include "kvtier/transfer/transfer_engine.h"  // PoolCounts
 
 namespace kvtier {
-
-struct PoolCounts {
-  size_t created = 0;
-  size_t in_use = 0;
-  size_t pooled = 0;
-  size_t discarded = 0;
-  size_t quarantined = 0;
-
-  // Conservation: every resource ever created is in exactly one state.
-  bool conserved() const { return created == in_use + pooled + discarded + quarantined; }
-};
 
 template <class Resource>
 class ResourcePool {
