@@ -16,9 +16,15 @@
 
 namespace kvtier::server {
 
+// The layout's own checks (validate()) and that no byte size the server derives from it (a
+// block, a layer's block, a chunk) overflows 64 bits: kInvalidArgument otherwise. A client's
+// layout is checked by this before any of those sizes is computed.
+Status check_layout_bytes(const KvLayout& layout);
+
 class SharedKvMapping {
  public:
-  // Opens and maps `memory.shm_name` (its size must be exactly memory.bytes), checks that every
+  // Opens and maps the client's memory (a memfd sealed with F_SEAL_SHRINK of exactly
+  // memory.bytes bytes, else kFailedPrecondition / kInvalidArgument), checks that every
   // tensor of `layout` fits, and adopts it. kInvalidArgument / kNotFound name what is wrong.
   static Result<std::unique_ptr<SharedKvMapping>> open(HostDevice& device,
                                                        const SharedKvMemory& memory,
