@@ -7,7 +7,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"kvtier: a KV-cache offload engine for LLM inference"};
-  app.set_version_flag("--version", "kvtier 0.1.0");
+  app.set_version_flag("--version", "kvtier " KVTIER_VERSION);
   app.require_subcommand(1);
   kvtier::ConfigSources sources;
   std::string config_path;

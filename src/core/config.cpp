@@ -265,6 +265,18 @@ Result<Config> parse_config_yaml(std::string_view text) {
   return config;
 }
 
+Result<Config> with_overrides(Config config, const std::vector<std::string>& overrides) {
+  if (Status ok = apply_overrides(overrides, config); !ok) return std::unexpected(ok.error());
+  if (Status ok = config.validate(); !ok) return std::unexpected(ok.error());
+  return config;
+}
+
+Result<std::string> config_value(const Config& config, std::string_view key) {
+  const Field* field = find_field(key);
+  if (field == nullptr) return unknown(key, "config_value");
+  return field->get(config);
+}
+
 std::string to_yaml(const Config& config) {
   std::string out = comment(
       "kvtier configuration. Every field is optional; docs/config.md lists them with the "

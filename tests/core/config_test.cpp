@@ -222,6 +222,30 @@ TEST(Config, OverrideValueMayContainEqualsAndBeEmpty) {
 
 // F8: a deadline that is not a finite number > 0 never fires (nan, inf) or fires at once (0,
 // negative). It is rejected from every source, and the message names the field and the source.
+TEST(Config, WithOverridesAppliesInOrderAndValidates) {
+  Result<Config> c =
+      with_overrides(Config{}, {"cache.mode=server", "layout.layers=3", "layout.layers=5"});
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->cache.mode, CacheMode::kServer);
+  EXPECT_EQ(c->layout.layers, 5u);
+  EXPECT_NE(ErrorOf(with_overrides(Config{}, {"layout.layers=0"})).find("layout.layers"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(with_overrides(Config{}, {"cache.no_such=1"})).find("cache.no_such"),
+            std::string::npos);
+  // A config that fails validation is an error even without overrides.
+  Config bad;
+  bad.transfer.transfer_deadline_s = 0;
+  EXPECT_NE(ErrorOf(with_overrides(bad, {})).find("transfer_deadline_s"), std::string::npos);
+}
+
+TEST(Config, ConfigValueReadsBackWhatAnOverrideSets) {
+  Result<Config> c = with_overrides(Config{}, {"cache.mode=server", "layout.head_dim=32"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(config_value(*c, "cache.mode").value_or(""), "server");
+  EXPECT_EQ(config_value(*c, "layout.head_dim").value_or(""), "32");
+  EXPECT_NE(ErrorOf(config_value(*c, "layout.nope")).find("layout.nope"), std::string::npos);
+}
+
 TEST(ConfigContract, F8_NonfiniteOrNonpositiveDeadlineIsRejected) {
   struct Deadline {
     std::string name;

@@ -209,6 +209,13 @@ Result<Config> load_config(const ConfigSources& sources);
 // Defaults overlaid with one YAML document; errors are located as "<yaml>:line".
 Result<Config> parse_config_yaml(std::string_view text);
 
+// `config` with "section.field=value" overrides applied in order (as --set), then validated.
+Result<Config> with_overrides(Config config, const std::vector<std::string>& overrides);
+
+// One field's value as text that its override reads back ("cache.mode" -> "local");
+// kInvalidArgument for an unknown key.
+Result<std::string> config_value(const Config& config, std::string_view key);
+
 // A YAML document of every field, each after its doc as a comment, that parse_config_yaml()
 // reads back as `config`. to_yaml(Config{}) is the example file config/kvtier.yaml.
 std::string to_yaml(const Config& config);

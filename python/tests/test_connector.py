@@ -1,0 +1,151 @@
+"""The connector end to end through the Python module: real torch tensors, real copies on the
+host device, the scheduler side's verdicts."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+import kvtier
+from conftest import Rig, small_config
+
+PROMPT = list(range(1, 18))  # 17 tokens: two 8-token chunks and one token to compute
+
+
+def compute_and_store(rig, request_id, blocks, prompt=PROMPT, seed=0):
+    """Request `request_id` computes its prompt into `blocks` (random KV) and is stored."""
+    assert rig.scheduler.get_num_new_matched_tokens(request_id, prompt, 0) == (0, False)
+    rig.scheduler.update_state_after_alloc(request_id, blocks, 0)
+    g = torch.Generator().manual_seed(seed)
+
+    def forward():
+        for t in rig.kv:
+            t[blocks] = torch.randn(t[blocks].shape, generator=g)
+
+    req = kvtier.ScheduledRequest(request_id, prompt, len(prompt), [], len(prompt))
+    meta, _ = rig.step([req], write=forward)
+    assert len(meta.stores) == 1 and len(meta.stores[0].chunks) == 2
+    assert rig.scheduler.request_finished(request_id)  # its store is in flight
+    rig.settle()
+
+
+def test_a_stored_prefix_loads_into_the_registered_tensors(rig):
+    compute_and_store(rig, "a", [0, 1, 2, 3, 4])
+    assert rig.scheduler.counters()["stores_completed"] == 1
+    m = rig.scheduler.get_num_new_matched_tokens("b", PROMPT, 0)
+    assert m == kvtier.Match(tokens=16, ask_later=False)
+    rig.scheduler.update_state_after_alloc("b", [8, 9, 10, 11, 12], m.tokens)
+    loads = []
+    for _ in range(10):
+        meta, outcome = rig.step()
+        loads += outcome.loads
+        if loads:
+            break
+        rig.worker.drain()
+    assert loads == [kvtier.LoadFinished("b", 16, "completed")]
+    for t in rig.kv:  # the bytes are in the very tensors the engine holds
+        assert torch.equal(t[8:12], t[0:4])
+        assert not torch.equal(t[0:4], torch.zeros_like(t[0:4]))
+        assert torch.equal(t[12], torch.zeros_like(t[12]))
+    assert rig.scheduler.request_finished("b") is False
+    c = rig.scheduler.counters()
+    assert (c["loads_completed"], c["loaded_tokens"], c["jobs_in_flight"]) == (1, 16, 0)
+    assert rig.scheduler.cache_counters()["slots_ready"] == 2
+    assert rig.worker.stats()["completed"] == 2
+    rig.scheduler.audit()
+    rig.worker.audit()
+
+
+def test_step_metadata_crosses_a_process_boundary_as_bytes(rig):
+    rig.scheduler.get_num_new_matched_tokens("a", PROMPT, 0)
+    rig.scheduler.update_state_after_alloc("a", [0, 1, 2, 3, 4], 0)
+    meta = rig.scheduler.build_step_metadata(
+        1, [kvtier.ScheduledRequest("a", PROMPT, 17, [], 17)])
+    copy = pickle.loads(pickle.dumps(meta))
+    assert copy.to_bytes() == meta.to_bytes()
+    assert (copy.step, len(copy.stores), copy.flush) == (1, 1, [])
+    job = copy.stores[0]
+    assert job.request == "a"
+    assert [c.blocks for c in job.chunks] == [[0, 1], [2, 3]]
+    # The worker runs the copy it got; the scheduler gets the verdict.
+    rig.worker.start_load(copy)
+    rig.worker.queue_stores(copy)
+    rig.worker.drain()
+    out = pickle.loads(pickle.dumps(rig.worker.take_output()))
+    assert out.finished == [kvtier.JobVerdict(job.job, "completed", "")]
+    rig.scheduler.update_from_worker_output([out])
+    assert rig.scheduler.counters()["stores_completed"] == 1
+    with pytest.raises(kvtier.Error) as e:
+        kvtier.StepMetadata.from_bytes(meta.to_bytes()[:-1])
+    assert e.value.code == "invalid_argument"
+
+
+def test_F4_a_failed_load_reports_its_blocks_and_resumes_from_the_first_invalid_one():
+    # Loads (host to device) fail at submit; stores do not.
+    r = Rig(small_config("faults.submit_failure_rate=1", "faults.direction=load"))
+    try:
+        compute_and_store(r, "a", [0, 1, 2, 3, 4])
+        m = r.scheduler.get_num_new_matched_tokens("b", PROMPT, 0)
+        assert m.tokens == 16
+        r.scheduler.update_state_after_alloc("b", [8, 9, 10, 11, 12], m.tokens)
+        meta = r.scheduler.build_step_metadata(10, [])
+        r.worker.start_load(meta)
+        r.worker.queue_stores(meta)
+        r.worker.drain()
+        out = r.worker.take_output()
+        assert [v.outcome for v in out.finished] == ["failed"]
+        assert out.invalid_blocks == [[8, 9, 10, 11]] and not out.fail_stop
+        outcome = r.scheduler.update_from_worker_output([out])
+        assert outcome.loads == [kvtier.LoadFinished("b", 0, "failed")]
+        assert r.scheduler.counters()["loads_failed"] == 1
+        assert r.worker.fault_counts()["submit_failures"] == 1
+    finally:
+        r.worker.close()
+
+
+def test_F7_an_unprovable_store_raises_FailStop_at_every_later_update():
+    # The end marker of every copy cannot be recorded: nothing proves the copies stopped.
+    r = Rig(small_config("faults.record_failure_rate=1"))
+    try:
+        r.scheduler.get_num_new_matched_tokens("a", PROMPT, 0)
+        r.scheduler.update_state_after_alloc("a", [0, 1, 2, 3, 4], 0)
+        r.step([kvtier.ScheduledRequest("a", PROMPT, 17, [], 17)])
+        with pytest.raises(kvtier.FailStop) as e:
+            for _ in range(5):
+                r.worker.drain()
+                r.step()
+        assert e.value.reason and r.scheduler.fail_stopped and r.worker.fail_stopped
+        assert e.value.reason == r.scheduler.fail_stop_reason
+        with pytest.raises(kvtier.FailStop):
+            r.step()
+        assert r.scheduler.counters()["jobs_unprovable"] == 1
+    finally:
+        r.worker.close()
+
+
+def test_bad_calls_are_errors_not_crashes(rig):
+    with pytest.raises(kvtier.Error) as e:
+        rig.scheduler.update_state_after_alloc("x", [[0], [1]], 0)  # two groups
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(kvtier.Error):
+        rig.scheduler.get_num_new_matched_tokens("x", [1, -2, 3], 0)
+    with pytest.raises(kvtier.Error):
+        rig.scheduler.build_step_metadata(1, [("not", "a", "request")])
+    with pytest.raises(kvtier.Error):
+        rig.scheduler.update_from_worker_output([{"rank": 0}])
+    bad = kvtier.WorkerOutput(0, [kvtier.JobVerdict(1, "maybe", "")], [[]], False, "")
+    with pytest.raises(kvtier.Error):
+        rig.scheduler.update_from_worker_output([bad])
+    with pytest.raises(kvtier.Error) as e:
+        kvtier.Scheduler(small_config("connector.enabled=false"), model="m")
+    assert e.value.code == "failed_precondition"
+
+
+def test_token_tensors_and_arrays_are_accepted(rig):
+    compute_and_store(rig, "a", [0, 1, 2, 3, 4])
+    for tokens in (torch.tensor(PROMPT), np.array(PROMPT, dtype=np.uint32),
+                   np.array(PROMPT, dtype=np.int32), np.array(PROMPT, dtype=np.int64)):
+        assert rig.scheduler.get_num_new_matched_tokens("b", tokens, 0) == (16, False)
+    with pytest.raises(kvtier.Error):
+        rig.scheduler.get_num_new_matched_tokens("b", np.array([1, -1], dtype=np.int32), 0)
