@@ -1,7 +1,6 @@
 #include "server_bench.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,6 +13,7 @@
 #include <thread>
 
 #include "kvtier/server/client.h"
+#include "kvtier/server/sealed_memory.h"
 #include "kvtier/server/server.h"
 #include "redis_side.h"
 
@@ -32,29 +32,21 @@ KvLayout bench_layout(size_t chunk_bytes) {
   return KvLayout{DeviceLayout::kPerLayer, {g}};
 }
 
-// The client's "device" KV cache: per-layer tensors in one shared-memory object.
+// The client's "device" KV cache: per-layer tensors in one sealed memfd.
 struct KvRegion {
   KvRegion(const KvLayout& layout, uint32_t num_blocks) : layout(layout), num_blocks(num_blocks) {
-    name = "/kvtier-bench-kv-" + std::to_string(getpid());
     tensor_bytes = layout.tensor_bytes(0, num_blocks).value();
     bytes = layout.total_bytes(num_blocks).value();
-    shm_unlink(name.c_str());
-    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) throw std::runtime_error("shm");
-    base = static_cast<std::byte*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    close(fd);
-    if (base == MAP_FAILED) throw std::runtime_error("mmap");
+    auto created = server::SealedMemory::create(bytes, "kvtier-bench-kv");
+    if (!created) throw std::runtime_error(created.error().message);
+    memory = std::move(*created);
+    base = memory->data();
     for (size_t i = 0; i < bytes; i += 4096) base[i] = static_cast<std::byte>(i >> 12);
-  }
-  ~KvRegion() {
-    munmap(base, bytes);
-    shm_unlink(name.c_str());
   }
   server::Registration registration() const {
     server::GroupTensors t{.num_blocks = num_blocks};
     for (size_t l = 0; l < layout.tensors_per_group(0); ++l) t.offsets.push_back(l * tensor_bytes);
-    return {
-        .rank = 0, .layout = layout, .memory = {.shm_name = name, .bytes = bytes, .groups = {t}}};
+    return {.rank = 0, .layout = layout, .memory = memory->describe({t})};
   }
   // The layer pieces of chunk c, in host-slot order ([layer][block]), as an LMCache-style
   // backend gathers them into one value.
@@ -68,8 +60,8 @@ struct KvRegion {
   }
   KvLayout layout;
   uint32_t num_blocks;
-  std::string name;
   size_t tensor_bytes = 0, bytes = 0;
+  std::unique_ptr<server::SealedMemory> memory;
   std::byte* base = nullptr;
 };
 

@@ -33,6 +33,7 @@ ErrorCode error_code_of(std::string_view code) {
   }
   if (code == codes::kShuttingDown || code == codes::kNotRegistered) return ErrorCode::kUnavailable;
   if (code == codes::kInternal) return ErrorCode::kInternal;
+  if (code == codes::kUnsealedMemory) return ErrorCode::kFailedPrecondition;
   return ErrorCode::kInvalidArgument;
 }
 

@@ -1,9 +1,11 @@
 // MessagePack decoding of kvtierd frames (encoding: protocol_encode.cpp). Decoding is defensive:
 // sizes are checked before allocation (unpack limits, the frame cap), every field's type is
 // checked, and nothing throws out of decode_request / decode_reply.
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <msgpack.hpp>
+#include <span>
 
 #include "kvtier/server/protocol.h"
 
@@ -177,6 +179,10 @@ Result<SharedKvMemory> decode_memory(const msgpack::object& o) {
           auto name = as_str(v, key, 255);
           if (!name) return std::unexpected(name.error());
           mem.shm_name = std::move(*name);
+        } else if (key == "pid" || key == "fd") {
+          auto n = as_uint(v, key, INT32_MAX);
+          if (!n) return std::unexpected(n.error());
+          (key == "pid" ? mem.pid : mem.fd) = static_cast<uint32_t>(*n);
         } else if (key == "bytes") {
           auto n = as_uint(v, key);
           if (!n) return std::unexpected(n.error());
@@ -433,12 +439,47 @@ std::vector<std::string> degraded_tiers_of(const Reply& reply) {
   return names;
 }
 
+std::string utf8_message(std::string_view text) {
+  std::string out;
+  out.reserve(std::min(text.size(), kMaxErrorMessage));
+  for (size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    // The length of a well-formed UTF-8 sequence starting at i (RFC 3629: no overlong forms,
+    // no surrogates, nothing past U+10FFFF), or 0.
+    size_t n = 0;
+    if (lead < 0x80) {
+      n = 1;
+    } else if (lead >= 0xC2 && lead <= 0xDF) {
+      n = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      n = 3;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      n = 4;
+    }
+    bool valid = n > 0 && i + n <= text.size();
+    for (size_t k = 1; valid && k < n; ++k) {
+      const auto c = static_cast<unsigned char>(text[i + k]);
+      unsigned char lo = 0x80, hi = 0xBF;
+      if (k == 1 && lead == 0xE0) lo = 0xA0;
+      if (k == 1 && lead == 0xED) hi = 0x9F;
+      if (k == 1 && lead == 0xF0) lo = 0x90;
+      if (k == 1 && lead == 0xF4) hi = 0x8F;
+      valid = c >= lo && c <= hi;
+    }
+    const std::string_view piece = valid ? text.substr(i, n) : std::string_view("?");
+    if (out.size() + piece.size() > kMaxErrorMessage) break;  // never half a character
+    out += piece;
+    i += valid ? n : 1;
+  }
+  return out;
+}
+
 Reply Reply::error(uint64_t id, std::string_view code, std::string_view message) {
   Reply r;
   r.id = id;
   r.ok = false;
   r.code = std::string(code);
-  r.message = std::string(message.substr(0, kMaxErrorMessage));
+  r.message = utf8_message(message);
   return r;
 }
 
@@ -446,7 +487,7 @@ std::pair<std::string, std::string> split_decode_error(const Error& error) {
   const std::string& m = error.message;
   const size_t colon = m.find(": ");
   if (colon == std::string::npos) return {std::string(codes::kMalformed), m};
-  return {m.substr(0, colon), m.substr(colon + 2, kMaxErrorMessage)};
+  return {m.substr(0, colon), utf8_message(std::string_view(m).substr(colon + 2))};
 }
 
 Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLimits& limits,
@@ -458,6 +499,20 @@ Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLim
   }
   auto handle = unpack_one(frame);
   if (!handle) return std::unexpected(handle.error());
+  // The id first, wherever it sits in the map, so that an error in any other field (also one
+  // the header decoder meets before "id") is answered with the request's id.
+  if (request_id) {
+    const msgpack::object& root = handle->get();
+    if (root.type == msgpack::type::MAP) {
+      for (const msgpack::object_kv& kv : std::span(root.via.map.ptr, root.via.map.size)) {
+        if (kv.key.type == msgpack::type::STR && key_name(kv.key) == "id" &&
+            kv.val.type == msgpack::type::POSITIVE_INTEGER) {
+          *request_id = kv.val.via.u64;
+          break;
+        }
+      }
+    }
+  }
   auto request = decode_header(handle->get(), request_id);
   if (!request) return std::unexpected(request.error());
   if (Status st = decode_operation(handle->get(), *request); !st) {

@@ -40,8 +40,14 @@ std::string encode_request(const Request& r) {
       pk.pack("blocks_per_chunk"), pk.pack(g.blocks_per_chunk);
     }
     pk.pack("memory");
-    pk.pack_map(3);
-    pk.pack("shm_name"), pk.pack(r.memory.shm_name);
+    const bool memfd = r.memory.shm_name.empty();
+    pk.pack_map(memfd ? 4 : 3);
+    if (memfd) {
+      pk.pack("pid"), pk.pack(r.memory.pid);
+      pk.pack("fd"), pk.pack(r.memory.fd);
+    } else {
+      pk.pack("shm_name"), pk.pack(r.memory.shm_name);
+    }
     pk.pack("bytes"), pk.pack(r.memory.bytes);
     pk.pack("groups");
     pk.pack_array(static_cast<uint32_t>(r.memory.groups.size()));

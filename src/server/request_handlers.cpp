@@ -18,6 +18,8 @@ std::string_view code_for(ErrorCode code) {
       return codes::kResourceExhausted;
     case ErrorCode::kInvalidArgument:
       return codes::kInvalidArgument;
+    case ErrorCode::kFailedPrecondition:  // only SharedKvMapping::open: unsealed memory
+      return codes::kUnsealedMemory;
     default:
       return codes::kInternal;
   }
@@ -83,7 +85,7 @@ void CacheService::handle_register(const std::string& client, const Request& r) 
     error(client, r.id, codes::kBusy, "the previous session still has transfers in flight");
     return;
   }
-  if (Status st = r.layout.validate(); !st) {
+  if (Status st = r.layout.validate(); !st) {  // byte sizes overflow-checked
     error(client, r.id, codes::kInvalidArgument, "layout: " + st.error().message);
     return;
   }
@@ -145,8 +147,14 @@ void CacheService::handle_lookup(const std::string& client, const Request& r) {
     std::vector<ChunkKey> keys(r.keys.begin(), r.keys.begin() + found.hit_chunks);
     auto pinned = cache_.prepare_load(keys);
     if (!pinned) throw std::logic_error("lookup hits not loadable: " + pinned.error().message);
-    const Duration ttl = std::min(Duration(std::chrono::milliseconds(r.lock_ms)),
-                                  seconds_to_duration(options_.config.server.lock_ttl_s));
+    // Capped in the client's uint64 milliseconds before any conversion: a huge lock_ms ends at
+    // server.lock_ttl_s, never wraps to a negative (already expired) duration.
+    const Duration max_ttl = seconds_to_duration(options_.config.server.lock_ttl_s);
+    const auto max_ms = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(max_ttl).count());
+    const Duration ttl = r.lock_ms >= max_ms
+                             ? max_ttl
+                             : Duration(std::chrono::milliseconds(static_cast<int64_t>(r.lock_ms)));
     lock_id = locks_.add(ReadLock{
         .client = client, .keys = std::move(keys), .expires = SteadyClock::instance().now() + ttl});
   }

@@ -1,7 +1,11 @@
 // kvtierd's socket loop: owns the ROUTER socket, rejects bad frames itself, answers PING,
 // enforces per-client limits, tracks client liveness, and forwards replies the cache service
 // produces. It never runs a handler, so a slow handler never blocks it.
+#include <pthread.h>
+
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <map>
 #include <random>
 #include <zmq.hpp>
@@ -183,7 +187,12 @@ zmq::socket_t& SocketLoop::push_socket() {
 void SocketLoop::wait() {
   zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                              {replies_.handle(), 0, ZMQ_POLLIN, 0}};
-  zmq::poll(items, 2, kPollInterval);
+  try {
+    zmq::poll(items, 2, kPollInterval);
+  } catch (const zmq::error_t& e) {
+    // A stop signal interrupted the poll: Server::run() sees stop_requested_ next and drains.
+    if (e.num() != EINTR) throw;
+  }
 }
 
 void SocketLoop::pump() {
@@ -282,7 +291,17 @@ Server::Server(ServerOptions options) : options_(std::move(options)), boot_id_(r
 Server::~Server() = default;
 
 Status Server::run() {
+  // SIGINT/SIGTERM reach this thread only: every thread setup() starts (ZeroMQ's I/O threads,
+  // the cache service, the device's copy threads, the tiers) inherits them blocked, so a stop
+  // signal never interrupts a blocking call there. Here, it interrupts wait() at most.
+  sigset_t stop_signals;
+  sigset_t previous;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
   auto loop = SocketLoop::setup(options_, boot_id_);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (!loop) return std::unexpected(loop.error());
   bool shutdown_begun = false;
   while (!(*loop)->drained()) {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 namespace kvtier::server {
+
 namespace {
 
 Status check_fits(const SharedKvMemory& memory, const KvLayout& layout) {
@@ -46,35 +47,73 @@ Status check_fits(const SharedKvMemory& memory, const KvLayout& layout) {
   return {};
 }
 
+// Opens the client's memory read/write: its memfd through /proc/<pid>/fd/<fd> (the same open
+// file, reopened), or a POSIX shm object by name (refused below: it cannot be sealed).
+Result<int> open_client_memory(const SharedKvMemory& memory) {
+  std::string path;
+  if (memory.shm_name.empty()) {
+    if (memory.pid == 0) return make_error(ErrorCode::kInvalidArgument, "memory.pid is 0");
+    path = "/proc/" + std::to_string(memory.pid) + "/fd/" + std::to_string(memory.fd);
+  } else {
+    const std::string& name = memory.shm_name;
+    if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos) {
+      return make_error(ErrorCode::kInvalidArgument, "shm_name must be '/name' with no other '/'");
+    }
+    path = "/dev/shm" + name;
+  }
+  // O_NOFOLLOW does not apply: /proc/<pid>/fd/<n> is a magic link by design. O_NONBLOCK: a
+  // client naming a FIFO or a device must not stall the service thread.
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+                      "cannot open the client's memory " + path + ": " + std::strerror(errno));
+  }
+  return fd;
+}
+
+// The client must never be able to shrink the memory while it is mapped here (a copy past the
+// end of a shrunk file is SIGBUS): F_SEAL_SHRINK must be set. The seals are read before the
+// size, so the size read is one that can no longer decrease.
+Status check_sealed(int fd, uint64_t expected_bytes) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return make_error(ErrorCode::kInvalidArgument, "the client's memory is not a regular file");
+  }
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "the client's memory is not sealed against shrinking: register a memfd "
+                      "sealed with F_SEAL_SHRINK (docs/protocol.md)");
+  }
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != expected_bytes) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the client's memory has " + std::to_string(st.st_size) +
+                          " bytes, the registration says " + std::to_string(expected_bytes));
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<SharedKvMapping>> SharedKvMapping::open(HostDevice& device,
                                                                const SharedKvMemory& memory,
                                                                const KvLayout& layout) {
-  const std::string& name = memory.shm_name;
-  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "shm_name must be '/name' with no other '/': '" + name.substr(0, 64) + "'");
-  }
   if (memory.bytes == 0) return make_error(ErrorCode::kInvalidArgument, "memory.bytes is 0");
   if (Status st = check_fits(memory, layout); !st) return std::unexpected(st.error());
-  const int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) {
-    return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
-                      "shm_open('" + name + "'): " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != memory.bytes) {
+  auto opened = open_client_memory(memory);
+  if (!opened) return std::unexpected(opened.error());
+  const int fd = *opened;
+  if (Status st = check_sealed(fd, memory.bytes); !st) {
     close(fd);
-    return make_error(ErrorCode::kInvalidArgument,
-                      "shared memory '" + name + "' has " + std::to_string(st.st_size) +
-                          " bytes, the registration says " + std::to_string(memory.bytes));
+    return std::unexpected(st.error());
   }
   void* base = mmap(nullptr, memory.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_errno = errno;
   close(fd);
   if (base == MAP_FAILED) {
-    return make_error(ErrorCode::kResourceExhausted,
-                      "mmap of '" + name + "' failed: " + std::strerror(errno));
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        std::string("cannot map the client's memory read/write: ") + std::strerror(map_errno));
   }
   DeviceAddress address = 0;
   try {

@@ -18,7 +18,8 @@ namespace kvtier::server {
 
 class SharedKvMapping {
  public:
-  // Opens and maps `memory.shm_name` (its size must be exactly memory.bytes), checks that every
+  // Opens and maps the client's memory (a memfd sealed with F_SEAL_SHRINK of exactly
+  // memory.bytes bytes, else kFailedPrecondition / kInvalidArgument), checks that every
   // tensor of `layout` fits, and adopts it. kInvalidArgument / kNotFound name what is wrong.
   static Result<std::unique_ptr<SharedKvMapping>> open(HostDevice& device,
                                                        const SharedKvMemory& memory,

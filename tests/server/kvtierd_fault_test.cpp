@@ -5,6 +5,7 @@
 #include <zmq.hpp>
 
 #include "kvtierd_process.h"
+#include "raw_peer.h"
 #include "server_test_util.h"
 #include "shared_kv_region.h"
 
@@ -13,35 +14,6 @@ namespace {
 
 using server::CacheClient;
 using server::ClientState;
-
-// A bare DEALER speaking raw frames, for frames no client library would send.
-class RawPeer {
- public:
-  explicit RawPeer(const std::string& endpoint) : socket_(context_, zmq::socket_type::dealer) {
-    socket_.set(zmq::sockopt::linger, 0);
-    socket_.connect(endpoint);
-  }
-  void send(const std::vector<std::string>& frames) {
-    for (size_t i = 0; i < frames.size(); ++i) {
-      socket_.send(zmq::buffer(frames[i]),
-                   i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    }
-  }
-  // The next reply, or nullopt when none arrives within `timeout`.
-  std::optional<server::Reply> receive(std::chrono::milliseconds timeout = 3s) {
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
-    zmq::message_t msg;
-    if (!socket_.recv(msg)) return std::nullopt;
-    auto reply = server::decode_reply(server::as_bytes(msg.to_string_view()));
-    EXPECT_TRUE(reply) << reply.error().message;
-    return reply ? std::optional(*reply) : std::nullopt;
-  }
-
- private:
-  zmq::context_t context_;
-  zmq::socket_t socket_;
-};
 
 class KvtierdFaultTest : public ::testing::Test {
  protected:

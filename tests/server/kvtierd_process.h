@@ -53,6 +53,7 @@ class KvtierdProcess {
   // SIGSTOP / SIGCONT: a server that is alive and connected but answers nothing.
   void pause() { process_.signal(SIGSTOP); }
   void resume() { process_.signal(SIGCONT); }
+  void signal(int signo) { process_.signal(signo); }
   // Waits (bounded) for the process to exit; its exit status (128 + the signal when a signal
   // ended it), or nullopt on timeout.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {

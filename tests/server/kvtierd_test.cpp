@@ -217,5 +217,24 @@ TEST_F(KvtierdTest, ShutdownDrainsAndClientsHearIt) {
   EXPECT_FALSE(client->fail_stopped());
 }
 
+// An operator's SIGTERM or Ctrl-C (SIGINT) is a graceful shutdown, as SHUTDOWN is: transfers
+// are decided, clients hear the shutdown event, and the process exits 0 (not 1: an interrupted
+// poll is not an error).
+TEST_F(KvtierdTest, StopSignalDrainsAndExitsZero) {
+  for (int signo : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(signo == SIGTERM ? "SIGTERM" : "SIGINT");
+    start();
+    SharedKvRegion region;
+    auto client = connect(region);
+    ASSERT_EQ(client->store(1, 0, test_keys(1, 1), consecutive_blocks(0, 1, 4)).get().outcome,
+              Outcome::kCompleted);
+    server_->signal(signo);
+    EXPECT_EQ(server_->wait_exit(5s), std::optional<int>(0));
+    EXPECT_TRUE(eventually([&] { return client->health().state == ClientState::kShutdown; }))
+        << client->health().reason;
+    EXPECT_FALSE(client->fail_stopped());
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::testing

@@ -225,5 +225,58 @@ TEST(ProtocolCodec, F11_KeysOfWrongSizeAndMismatchedBlocksAreMalformed) {
   EXPECT_EQ(error_code(decode_request(as_bytes(bad_key), DecodeLimits{})), codes::kMalformed);
 }
 
+TEST(ProtocolCodec, F11_ErrorMessagesAreValidUtf8AndNeverCutACharacter) {
+  EXPECT_EQ(utf8_message("plain"), "plain");
+  EXPECT_EQ(utf8_message("caf\xc3\xa9 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xf0\x9f\x98\x80");
+  // Each byte of a malformed sequence becomes '?': a lone lead, a stray continuation, an
+  // overlong form, a surrogate, a code point past U+10FFFF.
+  EXPECT_EQ(utf8_message("a\xc3"), "a?");
+  EXPECT_EQ(utf8_message("\x80"
+                         "b"),
+            "?b");
+  EXPECT_EQ(utf8_message("\xc0\xaf"), "??");
+  EXPECT_EQ(utf8_message("\xed\xa0\x80"), "???");
+  EXPECT_EQ(utf8_message("\xf4\x90\x80\x80"), "????");
+  // 255 ASCII bytes and a two-byte character: the cut falls before it, not inside.
+  const std::string cut = utf8_message(std::string(255, 'x') + "\xc3\xa9tail");
+  EXPECT_EQ(cut, std::string(255, 'x'));
+  EXPECT_EQ(utf8_message(std::string(1000, 'y')).size(), kMaxErrorMessage);
+  // Reply::error applies it, and so does the encoder's round trip.
+  Reply r = Reply::error(9, codes::kUnknownOp, std::string(254, 'z') + "\xe2\x82\xac\xff");
+  EXPECT_EQ(r.message, std::string(254, 'z'));
+  EXPECT_EQ(decode_reply(as_bytes(encode_reply(r)))->message, r.message);
+}
+
+TEST(ProtocolCodec, F11_IdIsEchoedWhenAFieldBeforeItIsBad) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_map(3);
+  pk.pack("op"), pk.pack(7);  // not a string, and before the id
+  pk.pack("v"), pk.pack(1);
+  pk.pack("id"), pk.pack(4242);
+  uint64_t id = 0;
+  auto r = decode_request(as_bytes(std::string_view(buf.data(), buf.size())), DecodeLimits{}, &id);
+  EXPECT_EQ(error_code(r), codes::kMalformed);
+  EXPECT_EQ(id, 4242u);
+}
+
+TEST(ProtocolCodec, MemfdRegistrationRoundTrips) {
+  Request in{.id = 3, .op = Op::kRegister, .rank = 1};
+  in.layout = KvLayout{DeviceLayout::kCrossLayer,
+                       {KvGroup{.layers = 2,
+                                .kv_heads = 1,
+                                .head_dim = 8,
+                                .dtype_bytes = 2,
+                                .block_size = 4,
+                                .blocks_per_chunk = 2}}};
+  in.memory = SharedKvMemory{.pid = 1234, .fd = 17, .bytes = 4096, .groups = {{{0}, 4}}};
+  auto out = decode_request(as_bytes(encode_request(in)), DecodeLimits{});
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(out->memory.pid, 1234u);
+  EXPECT_EQ(out->memory.fd, 17u);
+  EXPECT_TRUE(out->memory.shm_name.empty());
+  EXPECT_EQ(out->memory.bytes, 4096u);
+}
+
 }  // namespace
 }  // namespace kvtier::server

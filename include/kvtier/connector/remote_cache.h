@@ -8,22 +8,24 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kvtier/core/chunk_key.h"
 #include "kvtier/core/kv_layout.h"
 #include "kvtier/server/client.h"
+#include "kvtier/server/sealed_memory.h"
 #include "kvtier/transfer/copy_descriptors.h"
 
 namespace kvtier {
 
 ChunkKey rank_key(const ChunkKey& key, uint32_t rank);
 
-// SharedKvArena: a rank's KV caches in a POSIX shared-memory object (the host device's stand-in
-// for CUDA IPC), `num_blocks` blocks per group in `layout`'s device layout, zero-filled.
-// The object is unlinked and unmapped by the destructor: destroy it only once no server copy
-// can touch it any more (the client that registered it is gone).
+// SharedKvArena: a rank's KV caches in a sealed memfd (server::SealedMemory, the host device's
+// stand-in for CUDA IPC), `num_blocks` blocks per group in `layout`'s device layout,
+// zero-filled. The memory is unmapped and closed by the destructor: destroy it only once no
+// server copy can touch it any more (the client that registered it is gone).
 // Not thread-safe; the bytes are shared with the server.
 class SharedKvArena {
  public:
@@ -44,6 +46,7 @@ class SharedKvArena {
   uint32_t num_blocks_;
   std::string name_;
   size_t bytes_ = 0;
+  std::unique_ptr<server::SealedMemory> memory_;
   std::byte* base_ = nullptr;
   std::vector<server::GroupTensors> groups_;
 };

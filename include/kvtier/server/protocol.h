@@ -80,17 +80,23 @@ inline constexpr std::string_view kBusy = "busy";  // e.g. UNREGISTER with trans
 inline constexpr std::string_view kTransferFailed = "transfer_failed";  // copies stopped
 inline constexpr std::string_view kUnprovable = "unprovable";           // copies may still run (F7)
 inline constexpr std::string_view kShuttingDown = "shutting_down";
-inline constexpr std::string_view kInternal = "internal";  // a handler raised
+inline constexpr std::string_view kInternal = "internal";               // a handler raised
+inline constexpr std::string_view kUnsealedMemory = "unsealed_memory";  // REGISTER: not sealed
 }  // namespace codes
 
-// The client's KV cache as the server reaches it: a POSIX shared-memory object holding every
-// tensor of every group at the given byte offsets (the host device's stand-in for CUDA IPC).
+// The client's KV cache as the server reaches it: one file holding every tensor of every group
+// at the given byte offsets (the host device's stand-in for CUDA IPC). The server maps only
+// memory sealed against shrinking (a memfd with F_SEAL_SHRINK, named by the client's pid and
+// descriptor; see sealed_memory.h): anything else is refused with "unsealed_memory".
 struct GroupTensors {
   std::vector<uint64_t> offsets;  // kPerLayer: one per layer; kCrossLayer: one
   uint32_t num_blocks = 0;
 };
 struct SharedKvMemory {
-  std::string shm_name;  // "/name", as shm_open takes it
+  uint32_t pid = 0;      // the registering process, which holds the memfd open...
+  uint32_t fd = 0;       // ...as this descriptor; the server opens /proc/<pid>/fd/<fd>
+  std::string shm_name;  // instead of pid/fd: a POSIX shm object, "/name" (always refused:
+                         // it cannot be sealed; decoded to say so)
   uint64_t bytes = 0;    // size of the object
   std::vector<GroupTensors> groups;
 };
@@ -110,6 +116,10 @@ struct Request {
   std::vector<std::vector<uint32_t>> blocks;  // STORE / RETRIEVE: device blocks per key
   uint64_t lock = 0;  // RETRIEVE (optional, released after pinning) / RELEASE
 };
+
+// `text` as an error reply's "msg": valid UTF-8 (each byte of a malformed sequence becomes
+// '?'), cut to at most kMaxErrorMessage bytes between characters, never inside one.
+std::string utf8_message(std::string_view text);
 
 struct Reply {
   uint64_t id = 0;

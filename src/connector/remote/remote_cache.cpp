@@ -1,13 +1,9 @@
 #include "kvtier/connector/remote_cache.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <array>
 #include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <stdexcept>
 
 namespace kvtier {
@@ -21,7 +17,7 @@ SharedKvArena::SharedKvArena(const KvLayout& layout, uint32_t num_blocks,
                              const std::string& name_hint)
     : layout_(layout), num_blocks_(num_blocks) {
   static std::atomic<int> serial{0};
-  name_ = "/kvtier-" + name_hint + "-" + std::to_string(getpid()) + "-" + std::to_string(serial++);
+  name_ = "kvtier-" + name_hint + "-" + std::to_string(getpid()) + "-" + std::to_string(serial++);
   Result<size_t> total = layout.total_bytes(num_blocks);  // every offset below fits
   if (!total) throw std::invalid_argument("shared KV memory: " + total.error().message);
   for (size_t g = 0; g < layout.groups.size(); ++g) {
@@ -33,33 +29,17 @@ SharedKvArena::SharedKvArena(const KvLayout& layout, uint32_t num_blocks,
     }
     groups_.push_back(std::move(tensors));
   }
-  const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0)
-    throw std::runtime_error("shared KV memory: cannot create " + name_ + ": " + strerror(errno));
-  if (ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
-    close(fd);
-    shm_unlink(name_.c_str());
-    throw std::runtime_error("shared KV memory: cannot size " + name_ + ": " + strerror(errno));
-  }
-  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    shm_unlink(name_.c_str());
-    throw std::runtime_error("shared KV memory: cannot map " + name_ + ": " + strerror(errno));
-  }
-  base_ = static_cast<std::byte*>(p);
+  auto memory = server::SealedMemory::create(bytes_, name_);
+  if (!memory) throw std::runtime_error("shared KV memory: " + memory.error().message);
+  memory_ = std::move(*memory);
+  base_ = memory_->data();
 }
 
-SharedKvArena::~SharedKvArena() {
-  munmap(base_, bytes_);
-  shm_unlink(name_.c_str());
-}
+SharedKvArena::~SharedKvArena() = default;
 
 server::Registration SharedKvArena::registration(uint32_t rank) const {
   return server::Registration{
-      .rank = rank,
-      .layout = layout_,
-      .memory = server::SharedKvMemory{.shm_name = name_, .bytes = bytes_, .groups = groups_}};
+      .rank = rank, .layout = layout_, .memory = memory_->describe(groups_)};
 }
 
 KvCacheAddresses SharedKvArena::addresses(uint32_t visible_blocks) const {

@@ -1,0 +1,498 @@
+"""kvtierd's wire protocol driven from Python, following docs/protocol.md only.
+
+A real kvtierd process (the `kvtier` binary named by $PROTOCOL_TEST_KVTIER) on a private ipc://
+endpoint; clients are pyzmq DEALER sockets speaking MessagePack, with their KV memory in a
+sealed memfd as the document requires. Three parts: the documented round trips (bytes
+checked), every documented error code, and hostile requests, each followed by a check that a
+second, well-behaved client is still served; at the end nothing leaked.
+
+Run: PROTOCOL_TEST_KVTIER=build/apps/kvtier/kvtier /usr/bin/python3 -m pytest -q tests/server/python
+"""
+
+import fcntl
+import itertools
+import mmap
+import os
+import struct
+import subprocess
+import time
+import uuid
+
+import msgpack
+import pytest
+import zmq
+
+# The server's layout (--set layout.*) and the memory every client registers: per_layer
+# tensors [num_blocks, 2, block_size, kv_heads, head_dim] of 2-byte elements.
+LAYOUT = {"layers": 3, "kv_heads": 2, "head_dim": 8, "dtype_bytes": 2, "block_size": 4,
+          "blocks_per_chunk": 4}
+LAYER_BLOCK = 2 * 4 * 2 * 8 * 2          # bytes of one block of one layer
+NUM_BLOCKS = 32
+TENSOR = NUM_BLOCKS * LAYER_BLOCK
+MEMORY_BYTES = TENSOR * LAYOUT["layers"]
+SETTINGS = [f"layout.{k}={v}" for k, v in LAYOUT.items()] + [
+    "server.heartbeat_interval_s=0.25", "server.client_timeout_s=5",
+    "cache.host_bytes=196608",          # 64 slots of 3 KiB
+    "server.max_frame_bytes=4096", "server.max_locks=8",
+    "transfer.transfer_deadline_s=1",
+]
+TIMEOUT_MS = 5000
+
+
+def binary():
+    path = os.environ.get("PROTOCOL_TEST_KVTIER")
+    if not path:
+        pytest.skip("PROTOCOL_TEST_KVTIER is not set")
+    return path
+
+
+class Server:
+    def __init__(self, extra=()):
+        self.endpoint = f"ipc:///tmp/kvtier-pytest-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock"
+        args = [binary(), "--set", f"server.endpoint={self.endpoint}"]
+        for s in list(SETTINGS) + list(extra):
+            args += ["--set", s]
+        self.process = subprocess.Popen(args + ["server", "--test-hooks"],
+                                        stderr=subprocess.DEVNULL)
+        probe = Client(self)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                if probe.call({"op": "PING"}, timeout_ms=200)["ok"]:
+                    break
+            except TimeoutError:
+                pass
+            assert self.process.poll() is None, "kvtierd exited at startup"
+            assert time.monotonic() < deadline, "kvtierd never answered PING"
+        probe.close()
+
+    def alive(self):
+        return self.process.poll() is None
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
+
+
+class Memory:
+    """A client's KV memory: a memfd sealed against shrinking (docs/protocol.md)."""
+
+    def __init__(self, seal=True):
+        self.fd = os.memfd_create("kvtier-pytest", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(self.fd, MEMORY_BYTES)
+        if seal:
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS,
+                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        self.map = mmap.mmap(self.fd, MEMORY_BYTES)
+
+    def describe(self):
+        return {"pid": os.getpid(), "fd": self.fd, "bytes": MEMORY_BYTES,
+                "groups": [{"offsets": [l * TENSOR for l in range(LAYOUT["layers"])],
+                            "num_blocks": NUM_BLOCKS}]}
+
+    def block(self, b):
+        return b"".join(self.map[l * TENSOR + b * LAYER_BLOCK:l * TENSOR + (b + 1) * LAYER_BLOCK]
+                        for l in range(LAYOUT["layers"]))
+
+    def fill(self, b, seed):
+        for l in range(LAYOUT["layers"]):
+            start = l * TENSOR + b * LAYER_BLOCK
+            self.map[start:start + LAYER_BLOCK] = bytes((seed * 131 + l * 17 + i) & 0xFF
+                                                        for i in range(LAYER_BLOCK))
+
+    def close(self):
+        self.map.close()
+        os.close(self.fd)
+
+
+_ids = itertools.count(1)
+
+
+class Client:
+    def __init__(self, server):
+        self.context = zmq.Context.instance()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.ROUTING_ID, b"py-" + os.urandom(8))
+        self.socket.setsockopt(zmq.IMMEDIATE, 1)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDTIMEO, 200)   # IMMEDIATE: no server yet blocks a send
+        self.socket.connect(server.endpoint)
+
+    def send_raw(self, frames):
+        try:
+            self.socket.send_multipart(frames)
+        except zmq.Again:
+            raise TimeoutError("not connected") from None
+
+    def receive(self, timeout_ms=TIMEOUT_MS):
+        """The next reply, decoded strictly: one frame, valid MessagePack, valid UTF-8."""
+        if not self.socket.poll(timeout_ms):
+            raise TimeoutError("no reply")
+        frames = self.socket.recv_multipart()
+        assert len(frames) == 1
+        reply = msgpack.unpackb(frames[0], raw=False)   # raises on invalid UTF-8
+        assert isinstance(reply, dict) and reply["v"] == 1
+        if not reply["ok"]:
+            assert isinstance(reply["code"], str)
+            assert len(reply["msg"].encode()) <= 256
+        return reply
+
+    def no_more_replies(self):
+        return not self.socket.poll(50)
+
+    def call(self, request, timeout_ms=TIMEOUT_MS):
+        request = {"v": 1, "id": next(_ids), **request}
+        self.send_raw([msgpack.packb(request, use_bin_type=True)])
+        reply = self.receive(timeout_ms)
+        while reply.get("event"):               # the shutdown event (id 0) is not a reply
+            reply = self.receive(timeout_ms)
+        assert reply["id"] == request["id"]
+        return reply
+
+    def register(self, memory, layout=None):
+        return self.call({"op": "REGISTER", "rank": 0,
+                          "layout": layout or {"device_layout": "per_layer", "groups": [LAYOUT]},
+                          "memory": memory.describe()})
+
+    def close(self):
+        self.socket.close()
+
+
+def key(n):
+    return struct.pack("<QQ", n, 0x5059)
+
+
+def blocks(first_block, chunks):
+    return [[first_block + c * 4 + b for b in range(4)] for c in range(chunks)]
+
+
+def expect_error(reply, code):
+    assert reply["ok"] is False, reply
+    assert reply["code"] == code, reply
+    return reply
+
+
+_second_keys = itertools.count(100000)
+
+
+def assert_second_client_served(server):
+    """A well-behaved client: REGISTER, STORE, RETRIEVE with bytes checked, UNREGISTER."""
+    assert server.alive(), "kvtierd died"
+    memory, client = Memory(), Client(server)
+    try:
+        assert client.register(memory)["ok"]
+        k = next(_second_keys)
+        for b in range(4):
+            memory.fill(b, k)
+        assert client.call({"op": "STORE", "keys": [key(k)], "group": 0,
+                            "blocks": blocks(0, 1)})["ok"]
+        assert client.call({"op": "RETRIEVE", "keys": [key(k)], "group": 0,
+                            "blocks": blocks(8, 1)})["ok"]
+        for b in range(4):
+            assert memory.block(8 + b) == memory.block(b)
+        assert client.call({"op": "UNREGISTER"})["ok"]
+    finally:
+        client.close()
+        memory.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server()
+    yield s
+    # Nothing leaked by any test of the module.
+    try:
+        c = Client(s)
+        stats = c.call({"op": "STATS"})
+        assert stats["locks"] == 0
+        assert stats["slots_pending"] == 0
+        assert stats["cache_audit_ok"] == 1
+        assert stats["transfers_in_flight"] == 0
+        c.close()
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def registered(server):
+    memory, client = Memory(), Client(server)
+    assert client.register(memory)["ok"]
+    yield client, memory
+    client.call({"op": "UNREGISTER"})
+    client.close()
+    memory.close()
+
+
+# ---------------------------------------------------------------------------- round trips
+
+def test_ping_and_register_report_the_boot_id(server):
+    c, memory = Client(server), Memory()
+    pong = c.call({"op": "PING"})
+    assert pong["ok"] and pong["boot_id"] != 0
+    reg = c.register(memory)
+    assert reg["ok"] and reg["boot_id"] == pong["boot_id"]
+    assert reg["slot_bytes"] == 3072
+    assert c.call({"op": "UNREGISTER"})["ok"]
+    c.close()
+    memory.close()
+
+
+def test_store_lookup_retrieve_release_round_trip(registered):
+    c, memory = registered
+    keys = [key(1), key(2)]
+    for b in range(8):
+        memory.fill(b, 10 + b)
+    stored = c.call({"op": "STORE", "keys": keys, "group": 0, "blocks": blocks(0, 2)})
+    assert stored["ok"] and stored["chunks"] == 2 and stored["bytes"] == 2 * 3072
+    assert stored["already_present"] == 0
+    again = c.call({"op": "STORE", "keys": keys, "blocks": blocks(0, 2)})   # group defaults to 0
+    assert again["ok"] and again["chunks"] == 0 and again["already_present"] == 2
+    found = c.call({"op": "LOOKUP", "keys": keys + [key(3)], "lock_ms": 5000})
+    assert found["ok"] and found["hits"] == 2 and found["pending"] == 0 and found["lock"] != 0
+    assert c.call({"op": "STATS"})["client_locked_keys"] == 2
+    loaded = c.call({"op": "RETRIEVE", "keys": keys, "group": 0, "blocks": blocks(16, 2),
+                     "lock": found["lock"]})
+    assert loaded["ok"] and loaded["chunks"] == 2 and loaded["bytes"] == 2 * 3072
+    for b in range(8):
+        assert memory.block(16 + b) == memory.block(b)
+    assert c.call({"op": "STATS"})["client_locked_keys"] == 0   # the RETRIEVE released it
+    lock = c.call({"op": "LOOKUP", "keys": keys, "lock_ms": 5000})["lock"]
+    assert c.call({"op": "RELEASE", "lock": lock})["ok"]
+
+
+def test_stats_always_has_the_documented_fields(registered):
+    c, _ = registered
+    stats = c.call({"op": "STATS"})
+    for field in ["boot_id", "clients", "locks", "transfers_in_flight", "slots_free",
+                  "slots_pending", "slots_ready", "slots_pinned", "slots_quarantined",
+                  "quarantined_bytes", "hits", "misses", "evictions", "requests", "pings",
+                  "rejected_frames", "limit_rejections", "clients_reaped", "cache_audit_ok",
+                  "client_locked_keys", "client_transfers_in_flight", "tiers",
+                  "tiers_degraded"]:
+        assert field in stats, field
+        assert isinstance(stats[field], int) and stats[field] >= 0
+
+
+# ---------------------------------------------------------------------------- error codes
+
+def test_malformed_too_large_version_and_unknown_op(server):
+    c = Client(server)
+    c.send_raw([b"\xc1garbage"])
+    expect_error(c.receive(), "malformed")
+    c.send_raw([msgpack.packb({"v": 1, "id": 1, "op": "PING"}), b"x"])   # two frames
+    assert expect_error(c.receive(), "malformed")["id"] == 0
+    c.send_raw([b"\x00" * 5000])
+    expect_error(c.receive(), "too_large")
+    expect_error(c.call({"v": 2, "op": "PING"}), "unsupported_version")
+    expect_error(c.call({"op": "FROB"}), "unknown_op")
+    c.send_raw([msgpack.packb({"v": 1, "id": 9, "op": "PING"}) + b"\x00"])  # trailing bytes
+    expect_error(c.receive(), "malformed")
+    assert c.no_more_replies()
+    c.close()
+    assert_second_client_served(server)
+
+
+def test_session_codes(server, registered):
+    c, memory = registered
+    expect_error(c.register(memory), "already_registered")
+    other = Client(server)
+    expect_error(other.call({"op": "LOOKUP", "keys": [key(1)]}), "not_registered")
+    expect_error(other.call({"op": "UNREGISTER"}), "not_registered")
+    expect_error(other.call({"op": "RELEASE", "lock": 77}), "not_found")
+    other.close()
+
+
+def test_invalid_argument_not_found_and_limits(registered):
+    c, _ = registered
+    expect_error(c.call({"op": "STORE", "keys": [key(5)], "blocks": [[0, 1, 2]]}),
+                 "invalid_argument")                                  # wrong block count
+    expect_error(c.call({"op": "STORE", "keys": [key(5)], "blocks": [[0, 1, 2, NUM_BLOCKS]]}),
+                 "invalid_argument")                                  # block out of range
+    expect_error(c.call({"op": "STORE", "keys": [key(5)], "group": 1, "blocks": blocks(0, 1)}),
+                 "invalid_argument")                                  # no such group
+    expect_error(c.call({"op": "RETRIEVE", "keys": [key(999)], "blocks": blocks(0, 1)}),
+                 "not_found")
+    expect_error(c.call({"op": "RELEASE", "lock": 12345}), "not_found")
+    expect_error(c.call({"op": "PING", "hook": "nope"}), "invalid_argument")
+    keys = [key(200 + i) for i in range(3)]
+    for i, k in enumerate(keys):
+        assert c.call({"op": "STORE", "keys": [k], "blocks": blocks(0, 1)})["ok"]
+    held = [c.call({"op": "LOOKUP", "keys": keys, "lock_ms": 5000})["lock"] for _ in range(2)]
+    expect_error(c.call({"op": "LOOKUP", "keys": keys, "lock_ms": 5000}),
+                 "limit_exceeded")                                    # server.max_locks = 8
+    for lock in held:
+        assert c.call({"op": "RELEASE", "lock": lock})["ok"]
+
+
+def test_unsealed_memory_is_refused(server):
+    c, memory = Client(server), Memory(seal=False)
+    expect_error(c.register(memory), "unsealed_memory")
+    expect_error(c.call({"op": "STORE", "keys": [key(1)], "blocks": blocks(0, 1)}),
+                 "not_registered")
+    c.close()
+    memory.close()
+    assert_second_client_served(server)
+
+
+def test_internal_and_transfer_failed(registered, server):
+    c, _ = registered
+    expect_error(c.call({"op": "STATS", "hook": "throw"}), "internal")
+    expect_error(c.call({"op": "STORE", "keys": [key(300)], "blocks": blocks(0, 1),
+                         "hook": "fail_copies"}), "transfer_failed")
+    found = c.call({"op": "LOOKUP", "keys": [key(300)]})
+    assert found["ok"] and found["hits"] == 0                       # never published
+    assert_second_client_served(server)
+
+
+def test_unprovable_and_busy():
+    s = Server()
+    try:
+        c, memory = Client(s), Memory()
+        assert c.register(memory)["ok"]
+        c.send_raw([msgpack.packb({"v": 1, "id": 501, "op": "STORE", "keys": [key(400)],
+                                     "blocks": blocks(0, 1), "hook": "fail_partway"})])
+        expect_error(c.call({"op": "UNREGISTER"}), "busy")           # a transfer in flight
+        reply = c.receive(timeout_ms=10000)                           # at the 1 s deadline
+        assert reply["id"] == 501
+        expect_error(reply, "unprovable")
+        other = Client(s)                     # the socket loop still answers everyone
+        assert other.call({"op": "PING"})["ok"]
+        assert other.call({"op": "STATS"})["slots_quarantined"] == 1
+        other.close()
+    finally:
+        s.stop()
+
+
+def test_resource_exhausted_and_shutting_down():
+    s = Server(["cache.host_bytes=12288"])                         # 4 slots
+    try:
+        c, memory = Client(s), Memory()
+        assert c.register(memory)["ok"]
+        keys = [key(600 + i) for i in range(4)]
+        assert c.call({"op": "STORE", "keys": keys, "blocks": blocks(0, 4)})["ok"]
+        lock = c.call({"op": "LOOKUP", "keys": keys, "lock_ms": 5000})["lock"]
+        expect_error(c.call({"op": "STORE", "keys": [key(700)], "blocks": blocks(16, 1)}),
+                     "resource_exhausted")                          # every slot read-locked
+        assert c.call({"op": "RELEASE", "lock": lock})["ok"]
+        assert c.call({"op": "SHUTDOWN"})["ok"]
+        # Until the drain ends the process, new work is refused (or the process is gone).
+        try:
+            reply = c.call({"op": "LOOKUP", "keys": keys}, timeout_ms=500)
+            expect_error(reply, "shutting_down")
+        except TimeoutError:
+            pass
+        assert s.process.wait(timeout=10) == 0
+    finally:
+        s.stop()
+
+
+# ---------------------------------------------------------------------------- hostile
+
+def test_truncated_memory_never_crashes_the_server(server):
+    # POSIX shared memory can be shrunk under the server: it is refused at REGISTER.
+    name = f"/kvtier-pytest-{os.getpid()}"
+    fd = os.open(f"/dev/shm{name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, MEMORY_BYTES)
+        c = Client(server)
+        memory = {"shm_name": name, "bytes": MEMORY_BYTES,
+                  "groups": [{"offsets": [l * TENSOR for l in range(3)],
+                              "num_blocks": NUM_BLOCKS}]}
+        expect_error(c.call({"op": "REGISTER", "layout": {"device_layout": "per_layer",
+                                                          "groups": [LAYOUT]},
+                             "memory": memory}), "unsealed_memory")
+        os.ftruncate(fd, 0)
+        for op in ("STORE", "RETRIEVE"):
+            expect_error(c.call({"op": op, "keys": [key(1)], "blocks": blocks(0, 1)}),
+                         "not_registered")
+        c.close()
+    finally:
+        os.close(fd)
+        os.unlink(f"/dev/shm{name}")
+    # Sealed memory cannot shrink at all.
+    sealed = Memory()
+    with pytest.raises(PermissionError):
+        os.ftruncate(sealed.fd, 0)
+    sealed.close()
+    assert_second_client_served(server)
+
+
+HOSTILE = [  # name, request fields, code (None: any error), whether the id must be echoed
+    ("layout overflowing 64 bits",
+     {"op": "REGISTER", "layout": {"device_layout": "per_layer", "groups": [
+         dict(LAYOUT, kv_heads=1 << 16, head_dim=1 << 16, dtype_bytes=1 << 16,
+              block_size=1 << 16)]}, "memory": {"pid": os.getpid(), "fd": 0, "bytes": 1,
+                                                "groups": [{"offsets": [0, 0, 0],
+                                                            "num_blocks": 1}]}},
+     "invalid_argument", True),
+    ("zero layer count", {"op": "REGISTER", "layout": {"device_layout": "per_layer",
+                                                       "groups": [dict(LAYOUT, layers=0)]},
+                          "memory": {"pid": 1, "fd": 0, "bytes": 1, "groups": []}},
+     "invalid_argument", True),
+    ("negative lock_ms", {"op": "LOOKUP", "keys": [b"\x00" * 16], "lock_ms": -1}, "malformed",
+     True),
+    ("huge rank", {"op": "REGISTER", "rank": 1 << 40}, "malformed", True),
+    ("negative id", {"op": "PING", "id": -5}, "malformed", False),
+    ("key of 15 bytes", {"op": "LOOKUP", "keys": [b"\x00" * 15]}, "malformed", True),
+    ("keys and blocks differ", {"op": "STORE", "keys": [b"\x00" * 16], "blocks": []},
+     "malformed", True),
+    ("blocks not integers", {"op": "STORE", "keys": [b"\x00" * 16], "blocks": [["a"] * 4]},
+     "malformed", True),
+    ("frame over max_frame_bytes", {"op": "LOOKUP", "keys": [b"\x00" * 16] * 300}, "too_large",
+     False),
+    ("deep nesting", {"op": "LOOKUP", "keys": [[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]},
+     "malformed", False),
+    ("memory naming another process's descriptor", {"op": "REGISTER", "layout": {
+        "device_layout": "per_layer", "groups": [LAYOUT]},
+        "memory": {"pid": 1, "fd": 0, "bytes": MEMORY_BYTES,
+                   "groups": [{"offsets": [0, TENSOR, 2 * TENSOR], "num_blocks": NUM_BLOCKS}]}},
+     None, True),
+    ("memory naming a missing descriptor", {"op": "REGISTER", "layout": {
+        "device_layout": "per_layer", "groups": [LAYOUT]},
+        "memory": {"pid": os.getpid(), "fd": 1 << 30, "bytes": MEMORY_BYTES,
+                   "groups": [{"offsets": [0, TENSOR, 2 * TENSOR], "num_blocks": NUM_BLOCKS}]}},
+     "not_found", True),
+]
+
+
+@pytest.mark.parametrize("name,request_fields,code,echo", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_request_gets_one_decodable_reply(server, name, request_fields, code, echo):
+    c = Client(server)
+    c.send_raw([msgpack.packb({"v": 1, "id": 4242, **request_fields}, use_bin_type=True)])
+    reply = c.receive()
+    assert reply["ok"] is False
+    if code:
+        assert reply["code"] == code, reply
+    if echo:
+        assert reply["id"] == 4242, reply
+    assert c.no_more_replies()
+    c.close()
+    assert_second_client_served(server)
+
+
+def test_invalid_utf8_is_never_echoed(server):
+    c = Client(server)
+    # A str (not bin) holding bytes that are not UTF-8: a cut "é", then bytes never valid.
+    for field in ("op", "hook"):
+        request = {"v": 1, "id": 77, "op": "PING", field: b"\xc3(\xff\xfe\xed\xa0\x80"}
+        c.send_raw([msgpack.packb(request, use_bin_type=False)])
+        reply = c.receive()                     # raw=False: raises on invalid UTF-8
+        assert reply["ok"] is False and reply["id"] == 77, reply
+        assert c.no_more_replies()
+    c.close()
+    assert_second_client_served(server)
+
+
+def test_out_of_order_requests(server):
+    c = Client(server)
+    expect_error(c.call({"op": "RETRIEVE", "keys": [key(1)], "blocks": blocks(0, 1)}),
+                 "not_registered")
+    expect_error(c.call({"op": "RELEASE", "lock": 0}), "not_found")
+    memory = Memory()
+    assert c.register(memory)["ok"]
+    assert c.call({"op": "UNREGISTER"})["ok"]
+    expect_error(c.call({"op": "UNREGISTER"}), "not_registered")
+    c.close()
+    memory.close()
+    assert_second_client_served(server)
