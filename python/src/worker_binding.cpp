@@ -20,32 +20,6 @@
 namespace kvtier::python {
 namespace {
 
-std::optional<CopyKind> only_kind(FaultDirection direction) {
-  switch (direction) {
-    case FaultDirection::kLoad:
-      return CopyKind::kHostToDevice;
-    case FaultDirection::kStore:
-      return CopyKind::kDeviceToHost;
-    case FaultDirection::kBoth:
-      break;
-  }
-  return std::nullopt;
-}
-
-// The faults section as the engine's workers read it: seeded per rank.
-FaultPlan fault_plan(const FaultsConfig& f, uint32_t rank) {
-  if (f.submit_failure_rate == 0 && f.latched_error_rate == 0 && f.delay_rate == 0 &&
-      f.record_failure_rate == 0) {
-    return FaultPlan{};
-  }
-  return FaultPlan::random(uint64_t{f.seed} * 1000 + rank,
-                           RandomFaultRates{.submit_failure = f.submit_failure_rate,
-                                            .latched_error = f.latched_error_rate,
-                                            .record_failure = f.record_failure_rate,
-                                            .delay = f.delay_rate,
-                                            .only_kind = only_kind(f.direction)});
-}
-
 py::dict stats_dict(const TransferStats& s) {
   py::dict d;
   d["submitted"] = s.submitted;
@@ -104,7 +78,7 @@ class Worker {
   Worker(const Config& config, py::object kv_caches, uint32_t rank, uint32_t world_size,
          std::optional<uint32_t> num_blocks, std::optional<uint32_t> host_slots)
       : layout_(config.kv_layout()),
-        fault_(host_, fault_plan(config.faults, rank)),
+        fault_(host_, fault_plan_from_config(config.faults, rank)),
         connector_(rank) {
     if (!config.connector.enabled) {
       throw KvError(ErrorCode::kFailedPrecondition,

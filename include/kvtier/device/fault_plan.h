@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvtier/core/clock.h"
+#include "kvtier/core/config.h"
 #include "kvtier/device/device.h"
 
 namespace kvtier {
@@ -64,5 +65,10 @@ class FaultPlan {
   std::optional<RandomFaultRates> rates_;
   std::mt19937_64 rng_;
 };
+
+// The plan a rank's FaultInjectingDevice follows for a config's `faults` section: no faults when
+// every rate is 0, else seeded random draws (seed * 1000 + rank, so ranks draw differently but
+// reproducibly), restricted to the section's direction.
+FaultPlan fault_plan_from_config(const FaultsConfig& faults, uint32_t rank);
 
 }  // namespace kvtier

@@ -39,4 +39,33 @@ FaultRule FaultPlan::draw(uint64_t call, size_t descriptors, CopyKind kind) {
   return drawn;
 }
 
+namespace {
+
+std::optional<CopyKind> only_kind(FaultDirection direction) {
+  switch (direction) {
+    case FaultDirection::kLoad:
+      return CopyKind::kHostToDevice;
+    case FaultDirection::kStore:
+      return CopyKind::kDeviceToHost;
+    case FaultDirection::kBoth:
+      break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+FaultPlan fault_plan_from_config(const FaultsConfig& f, uint32_t rank) {
+  if (f.submit_failure_rate == 0 && f.latched_error_rate == 0 && f.delay_rate == 0 &&
+      f.record_failure_rate == 0) {
+    return FaultPlan{};
+  }
+  return FaultPlan::random(uint64_t{f.seed} * 1000 + rank,
+                           RandomFaultRates{.submit_failure = f.submit_failure_rate,
+                                            .latched_error = f.latched_error_rate,
+                                            .record_failure = f.record_failure_rate,
+                                            .delay = f.delay_rate,
+                                            .only_kind = only_kind(f.direction)});
+}
+
 }  // namespace kvtier

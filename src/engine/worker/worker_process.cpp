@@ -22,38 +22,13 @@
 namespace kvtier {
 namespace {
 
-std::optional<CopyKind> only_kind(FaultDirection direction) {
-  switch (direction) {
-    case FaultDirection::kLoad:
-      return CopyKind::kHostToDevice;
-    case FaultDirection::kStore:
-      return CopyKind::kDeviceToHost;
-    case FaultDirection::kBoth:
-      break;
-  }
-  return std::nullopt;
-}
-
-FaultPlan fault_plan(const FaultsConfig& f, uint32_t rank) {
-  if (f.submit_failure_rate == 0 && f.latched_error_rate == 0 && f.delay_rate == 0 &&
-      f.record_failure_rate == 0) {
-    return FaultPlan{};
-  }
-  return FaultPlan::random(uint64_t{f.seed} * 1000 + rank,
-                           RandomFaultRates{.submit_failure = f.submit_failure_rate,
-                                            .latched_error = f.latched_error_rate,
-                                            .record_failure = f.record_failure_rate,
-                                            .delay = f.delay_rate,
-                                            .only_kind = only_kind(f.direction)});
-}
-
 class Worker {
  public:
   Worker(const Config& config, uint32_t core, uint32_t rank, const std::string& run_dir)
       : config_(config),
         rank_(rank),
         shape_(engine_shape(config)),
-        fault_(host_, fault_plan(config.faults, rank)),
+        fault_(host_, fault_plan_from_config(config.faults, rank)),
         model_(shape_.model, rank, shape_.world_size),
         socket_(context_, zmq::socket_type::dealer) {
     compute_ = fault_.create_stream();
