@@ -66,23 +66,20 @@ TEST(ConnectorContract, F4_FailedLoadIsRecomputedWithTwoGroupsOfDifferentBlockSi
   }
 }
 
-// F4 on the scheduler side alone: the ranks' reports are crafted, so the invalid blocks can sit
-// anywhere in each group.
-TEST(ConnectorContract, F4_TruncatesToTheFirstInvalidBoundaryCommonToAllGroups) {
-  const KvLayout layout = hybrid_layout();  // group 0: 4-token blocks; group 1: 8-token blocks
-  struct Case {
-    uint32_t group0_index, group1_index;  // table index of the invalid block in each group
-    size_t expected;
-  };
-  for (Case c : {Case{5, 2, 16}, Case{1, 3, 4}, Case{7, 0, 0}}) {
-    CacheManager cache(16, layout.max_chunk_bytes(), *make_eviction_policy("lru", 16));
-    SchedulerConnector s({.world_size = 2, .layout = layout, .model = "harness"}, cache);
+// The scheduler side alone, with crafted rank reports, on 2 ranks: request "a" publishes the
+// first 32 tokens of a 40-token prompt, then request "b" loads them: group 0 blocks [0, 8),
+// group 1 blocks [0, 4) of `table`.
+struct OneLoadJob {
+  explicit OneLoadJob(const Clock& clock = SteadyClock::instance())
+      : s({.world_size = 2,
+           .layout = layout,
+           .model = "harness",
+           .job_timeout = std::chrono::seconds(2)},
+          cache, clock) {
     const auto prompt = make_tokens(40, 5);
-    GroupBlocks table{{}, {}};
     for (uint32_t b = 0; b < 10; ++b) table[0].push_back(100 + b);
     for (uint32_t b = 0; b < 5; ++b) table[1].push_back(200 + b);
-    // Publish the prompt's first 32 tokens as request "a".
-    ASSERT_EQ(
+    EXPECT_EQ(
         s.get_num_new_matched_tokens({.id = "a", .tokens = prompt, .num_prompt_tokens = 40}, 0)
             .tokens,
         0u);
@@ -91,34 +88,83 @@ TEST(ConnectorContract, F4_TruncatesToTheFirstInvalidBoundaryCommonToAllGroups) 
                                                           .tokens = prompt,
                                                           .num_prompt_tokens = 40,
                                                           .num_computed_after_step = 40}}});
-    ASSERT_EQ(m.stores.size(), 1u);
-    std::vector<WorkerOutput> acks{{.rank = 0, .finished = {{m.stores[0].job}}},
-                                   {.rank = 1, .finished = {{m.stores[0].job}}}};
+    EXPECT_EQ(m.stores.size(), 1u);
+    std::vector<WorkerOutput> acks{{.rank = 0, .finished = {{m.stores.at(0).job}}},
+                                   {.rank = 1, .finished = {{m.stores.at(0).job}}}};
     s.update_from_worker_output(acks);
     s.request_finished("a");
-    // "b" loads 32 tokens: group 0 blocks [0, 8), group 1 blocks [0, 4).
     const Match match =
         s.get_num_new_matched_tokens({.id = "b", .tokens = prompt, .num_prompt_tokens = 40}, 0);
-    ASSERT_EQ(match.tokens, 32u);
+    EXPECT_EQ(match.tokens, 32u);
     s.update_state_after_alloc("b", table, 32);
     m = s.build_step_metadata({});
-    ASSERT_EQ(m.loads.size(), 1u);
-    const JobId load = m.loads[0].job;
-    std::vector<WorkerOutput> reports{
-        {.rank = 1,
-         .finished = {{load, Outcome::kFailed}},
-         .invalid_blocks = {{table[0][c.group0_index]}, {table[1][c.group1_index]}}},
-        {.rank = 0, .finished = {{load}}}};
-    const StepOutcome out = s.update_from_worker_output(reports);
-    ASSERT_EQ(out.loads.size(), 1u);
-    EXPECT_EQ(out.loads[0].outcome, Outcome::kFailed);
-    EXPECT_EQ(out.loads[0].num_computed, c.expected)
-        << "invalid group-0 block " << c.group0_index << ", group-1 block " << c.group1_index;
+    EXPECT_EQ(m.loads.size(), 1u);
+    load = m.loads.at(0).job;
+  }
+  void expect_clean_after_b_finished() {
     EXPECT_EQ(cache.counters().slots_pinned, 0u);
     s.request_finished("b");
     Status audit = s.audit();
     EXPECT_TRUE(audit) << audit.error().message;
   }
+  const KvLayout layout = hybrid_layout();  // group 0: 4-token blocks; group 1: 8-token blocks
+  CacheManager cache{16, layout.max_chunk_bytes(), *make_eviction_policy("lru", 16)};
+  SchedulerConnector s;
+  GroupBlocks table{{}, {}};
+  JobId load = 0;
+};
+
+// F4 with the invalid blocks anywhere in each group.
+TEST(ConnectorContract, F4_TruncatesToTheFirstInvalidBoundaryCommonToAllGroups) {
+  struct Case {
+    uint32_t group0_index, group1_index;  // table index of the invalid block in each group
+    size_t expected;
+  };
+  for (Case c : {Case{5, 2, 16}, Case{1, 3, 4}, Case{7, 0, 0}}) {
+    OneLoadJob j;
+    std::vector<WorkerOutput> reports{
+        {.rank = 1,
+         .finished = {{j.load, Outcome::kFailed}},
+         .invalid_blocks = {{j.table[0][c.group0_index]}, {j.table[1][c.group1_index]}}},
+        {.rank = 0, .finished = {{j.load}}}};
+    const StepOutcome out = j.s.update_from_worker_output(reports);
+    ASSERT_EQ(out.loads.size(), 1u);
+    EXPECT_EQ(out.loads[0].outcome, Outcome::kFailed);
+    EXPECT_EQ(out.loads[0].num_computed, c.expected)
+        << "invalid group-0 block " << c.group0_index << ", group-1 block " << c.group1_index;
+    j.expect_clean_after_b_finished();
+  }
+}
+
+// F4: a rank that fails a load without naming its invalid blocks leaves none of them trusted.
+TEST(ConnectorContract, F4_FailedLoadThatNoRankDescribesLoadsNothing) {
+  OneLoadJob j;
+  std::vector<WorkerOutput> reports{{.rank = 1, .finished = {{j.load, Outcome::kFailed}}},
+                                    {.rank = 0, .finished = {{j.load}}}};
+  const StepOutcome out = j.s.update_from_worker_output(reports);
+  ASSERT_EQ(out.loads.size(), 1u);
+  EXPECT_EQ(out.loads[0].outcome, Outcome::kFailed);
+  EXPECT_EQ(out.loads[0].num_computed, 0u) << "every token of b is recomputed";
+  EXPECT_EQ(j.s.counters().loaded_tokens, 0u);
+  j.expect_clean_after_b_finished();
+}
+
+// F8 with F4: a load ended by the job timeout names no invalid block either; none of its tokens
+// count as loaded.
+TEST(ConnectorContract, F8_LoadEndedByTheJobTimeoutLoadsNothing) {
+  ManualClock clock;
+  OneLoadJob j(clock);
+  const WorkerOutput rank0{.rank = 0, .finished = {{j.load}}};  // rank 1 never reports
+  EXPECT_TRUE(j.s.update_from_worker_output(std::span(&rank0, 1)).loads.empty());
+  clock.advance(std::chrono::seconds(2));
+  const StepOutcome out = j.s.update_from_worker_output({});
+  ASSERT_EQ(out.loads.size(), 1u);
+  EXPECT_EQ(out.loads[0].outcome, Outcome::kUnprovable);
+  EXPECT_EQ(out.loads[0].num_computed, 0u) << "a timeout never makes a token loaded";
+  EXPECT_TRUE(out.fail_stop);
+  EXPECT_EQ(j.s.counters().jobs_timed_out, 1u);
+  EXPECT_EQ(j.s.counters().loaded_tokens, 0u);
+  EXPECT_GT(j.cache.counters().slots_quarantined, 0u);
 }
 
 // The scheduler side alone, with crafted rank reports: one store job of 4 chunks on 2 ranks.

@@ -26,6 +26,7 @@ struct Completion {
   size_t cached_tokens = 0;
   std::string error;
   bool done = false;
+  bool ended_after_core_failed = false;  // its error came after the core's `failed` message
 };
 
 class CoreProcessHarness {
@@ -129,6 +130,7 @@ class CoreProcessHarness {
       Completion& c = completions_[m["id"]];
       c.error = m["message"];
       c.done = true;
+      c.ended_after_core_failed = failed_.has_value();
     }
   }
 

@@ -83,6 +83,8 @@ TEST(EngineCoreHealth, H2_WorkerDeathIsReportedNamingTheWorkerAndRequestsEnd) {
   // H5: the request in flight ends with an error, promptly.
   ASSERT_TRUE(h.wait_until([&] { return h.completions()[id].done; }, milliseconds(1000)));
   EXPECT_NE(h.completions()[id].error.find("worker 0/1"), std::string::npos);
+  EXPECT_TRUE(h.completions()[id].ended_after_core_failed)
+      << "the failure is reported before any cleanup";
 }
 
 TEST(EngineCoreHealth, H6_StoppedWorkerIsReportedStalled) {

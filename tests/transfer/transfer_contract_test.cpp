@@ -327,6 +327,20 @@ TEST(TransferContract, F7_EndMarkerThatCannotBeRecordedIsUnprovable) {
   expect_audit(rig);
 }
 
+// F5 and F7: a submit failure that does not say how far the call got may have enqueued all of
+// it, so a job whose end marker then cannot be recorded is Unprovable, never merely Failed.
+TEST(TransferContract, F7_SubmitFaultWithoutAnIndexMayHaveEnqueuedTheWholeCall) {
+  TransferRig rig(
+      RigOptions{.plan = rule({.call = 0, .fail_at = 1, .unindexed = true, .record_fails = true})});
+  rig.engine->submit(1, Direction::kStore, one_chunk(rig, 0, 0));
+  const auto results = rig.drain();
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].outcome, Outcome::kUnprovable) << results[0].error;
+  EXPECT_TRUE(rig.engine->fail_stopped());
+  EXPECT_EQ(rig.engine->stats().descriptor_buffers.quarantined, 1u);
+  expect_audit(rig);
+}
+
 TEST(TransferContract, F7_RecordFailureWithNothingEnqueuedIsOnlyFailed) {
   TransferRig rig(RigOptions{.plan = rule({.call = 0, .fail_at = 0, .record_fails = true})});
   rig.engine->submit(1, Direction::kLoad, one_chunk(rig, 0, 0));

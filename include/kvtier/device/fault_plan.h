@@ -20,6 +20,9 @@ struct FaultRule {
   uint64_t call = 0;
   // Submit failure: descriptors [0, fail_at) are enqueued, then DeviceFault(index = fail_at).
   std::optional<size_t> fail_at;
+  // The submit failure's DeviceFault carries no descriptor index, as from a device that cannot
+  // tell how far the call got: the caller must assume all of the call may be enqueued.
+  bool unindexed = false;
   // The enqueued copies wait until FaultInjectingDevice::release_hangs() (copies that hang).
   bool hang = false;
   // The enqueued copies start this much later (copies that are delayed).

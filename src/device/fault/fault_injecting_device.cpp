@@ -136,6 +136,7 @@ void FaultInjectingDevice::copy_batch(StreamHandle stream, CopyKind kind,
   }
   const size_t k = std::min(*rule.fail_at, descriptors.size());
   if (k > 0) inner_.copy_batch(stream, kind, descriptors.first(k));
+  if (rule.unindexed) throw DeviceFault("injected: copy_batch failed", std::nullopt, rule.sticky);
   throw DeviceFault("injected: copy_batch failed at descriptor " + std::to_string(k), k,
                     rule.sticky);
 }
