@@ -219,22 +219,34 @@ Result<SharedKvMemory> decode_memory(const msgpack::object& o) {
   return mem;
 }
 
-// Unpacks exactly one MessagePack object filling the whole frame.
-Result<msgpack::object_handle> unpack_one(std::span<const std::byte> frame) {
+// Unpacks the MessagePack object at the start of the frame; `used`: the bytes it took.
+Result<msgpack::object_handle> unpack_first(std::span<const std::byte> frame, size_t& used) {
   // Element counts are bounded by the frame size (each element takes at least one byte).
   const size_t n = frame.size();
   const msgpack::unpack_limit limit(n, n, n, n, n, /*depth=*/16);
   try {
-    size_t offset = 0;
-    msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(frame.data()),
-                                                    frame.size(), offset, nullptr, nullptr, limit);
-    if (offset != frame.size()) return bad(codes::kMalformed, "trailing bytes after the message");
-    return handle;
+    used = 0;
+    return msgpack::unpack(reinterpret_cast<const char*>(frame.data()), frame.size(), used, nullptr,
+                           nullptr, limit);
   } catch (const msgpack::insufficient_bytes&) {
     return bad(codes::kMalformed, "truncated MessagePack");
   } catch (const std::exception& e) {
     return bad(codes::kMalformed, std::string("not valid MessagePack (") + e.what() + ")");
   }
+}
+
+Status no_trailing_bytes(std::span<const std::byte> frame, size_t used) {
+  if (used != frame.size()) return bad(codes::kMalformed, "trailing bytes after the message");
+  return {};
+}
+
+// Unpacks exactly one MessagePack object filling the whole frame.
+Result<msgpack::object_handle> unpack_one(std::span<const std::byte> frame) {
+  size_t used = 0;
+  auto handle = unpack_first(frame, used);
+  if (!handle) return handle;
+  if (Status st = no_trailing_bytes(frame, used); !st) return std::unexpected(st.error());
+  return handle;
 }
 
 Status require(bool present, std::string_view field) {
@@ -497,10 +509,12 @@ Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLim
                                      " bytes exceeds max_frame_bytes " +
                                      std::to_string(limits.max_frame_bytes));
   }
-  auto handle = unpack_one(frame);
+  size_t used = 0;
+  auto handle = unpack_first(frame, used);
   if (!handle) return std::unexpected(handle.error());
   // The id first, wherever it sits in the map, so that an error in any other field (also one
-  // the header decoder meets before "id") is answered with the request's id.
+  // the header decoder meets before "id", or bytes after the message) is answered with the
+  // request's id.
   if (request_id) {
     const msgpack::object& root = handle->get();
     if (root.type == msgpack::type::MAP) {
@@ -513,6 +527,7 @@ Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLim
       }
     }
   }
+  if (Status st = no_trailing_bytes(frame, used); !st) return std::unexpected(st.error());
   auto request = decode_header(handle->get(), request_id);
   if (!request) return std::unexpected(request.error());
   if (Status st = decode_operation(handle->get(), *request); !st) {

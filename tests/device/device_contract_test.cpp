@@ -120,6 +120,9 @@ TEST_P(DeviceContract, F2_BadDescriptorsAreInvalidArgumentAndEnqueueNothing) {
                std::invalid_argument);
   const std::vector<CopyDescriptor> overrun{{dev, host.addr(), 64}, {dev, host.addr(), 4097}};
   EXPECT_THROW(device().copy_batch(s, CopyKind::kDeviceToHost, overrun), std::invalid_argument);
+  const std::vector<CopyDescriptor> destination_overrun{{dev, host.addr() + 4000, 200}};
+  EXPECT_THROW(device().copy_batch(s, CopyKind::kDeviceToHost, destination_overrun),
+               std::invalid_argument);
   const std::vector<CopyDescriptor> empty_copy{{dev, host.addr(), 0}};
   EXPECT_THROW(device().copy_batch(s, CopyKind::kDeviceToHost, empty_copy), std::invalid_argument);
   const std::vector<CopyDescriptor> too_many(kMaxDescriptors + 1,
