@@ -1,53 +1,10 @@
-#include <pthread.h>
-
-#include <csignal>
 #include <iostream>
-#include <thread>
 
 #include "commands.h"
+#include "kvtier/core/stop_signals.h"
 #include "kvtier/server/server.h"
 
 namespace kvtier::cli {
-namespace {
-
-// SIGINT/SIGTERM stop kvtierd: they are blocked before the server starts any thread, so every
-// thread inherits them blocked and no call inside kvtierd is ever interrupted, and one thread
-// takes them with sigwait() and asks the server to drain. end() ends that thread.
-class StopSignals {
- public:
-  StopSignals() {
-    sigemptyset(&signals_);
-    for (int s : {SIGINT, SIGTERM, kEnd}) sigaddset(&signals_, s);
-    pthread_sigmask(SIG_BLOCK, &signals_, &previous_);
-  }
-  ~StopSignals() {
-    end();
-    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
-  void deliver_to(server::Server& server) {
-    waiter_ = std::thread([this, &server] {
-      int signal = 0;
-      while (sigwait(&signals_, &signal) == 0 && signal != kEnd) server.request_stop();
-    });
-  }
-  // Ends the waiting thread (before the server it stops goes away).
-  void end() {
-    if (!waiter_.joinable()) return;
-    pthread_kill(waiter_.native_handle(), kEnd);
-    waiter_.join();
-  }
-
- private:
-  static constexpr int kEnd = SIGUSR1;  // sent by the destructor to the waiting thread only
-  sigset_t signals_;
-  sigset_t previous_;
-  std::thread waiter_;
-};
-
-}  // namespace
 
 Action add_server_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
@@ -59,9 +16,10 @@ Action add_server_command(CLI::App& app) {
                 "for tests only");
   return [cmd, test_hooks](const Config& config) -> int {
     if (!cmd->parsed()) return -1;
+    // Before the server starts any thread; SIGINT/SIGTERM ask it to drain.
     StopSignals stop_signals;
     server::Server server(server::ServerOptions{.config = config, .test_hooks = *test_hooks});
-    stop_signals.deliver_to(server);
+    stop_signals.deliver_to([&server] { server.request_stop(); });
     std::cerr << "kvtierd: starting on " << config.server.endpoint << " (boot id " << std::hex
               << server.boot_id() << std::dec << ")" << std::endl;
     const Status st = server.run();

@@ -62,10 +62,15 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv,
     }
     out_fd = err_fd = output.fd;
   }
+  // The child starts with no signal blocked: the exec'd program must get SIGTERM even where
+  // this process blocks it in every thread (StopSignals).
+  sigset_t no_signals;
+  sigemptyset(&no_signals);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
   if (pid == 0) {
+    sigprocmask(SIG_SETMASK, &no_signals, nullptr);
     if (options.die_with_parent) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(127);  // the parent died before prctl

@@ -91,6 +91,20 @@ TEST(ChildProcess, StopIsSigtermThenSigkillAfterTheGrace) {
   EXPECT_EQ(stubborn.poll_exit(), "killed by its parent");
 }
 
+// A process that takes its stop signals with StopSignals blocks them in every thread; the
+// programs it starts (engine cores, workers, redis-server) must still get them.
+TEST(ChildProcess, AChildGetsSigtermThoughTheParentBlocksIt) {
+  sigset_t term;
+  sigset_t previous;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &term, &previous), 0);
+  ChildProcess child = shell("exec sleep 30");
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  child.stop(seconds(10));
+  EXPECT_EQ(child.poll_exit(), "killed by signal 15 (Terminated)");
+}
+
 TEST(ChildProcess, OutputFileTakesStdoutAndStderr) {
   TempDir dir;
   const auto log = dir.path() / "out.log";

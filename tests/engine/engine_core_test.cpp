@@ -87,6 +87,32 @@ TEST(EngineCoreHealth, H2_WorkerDeathIsReportedNamingTheWorkerAndRequestsEnd) {
       << "the failure is reported before any cleanup";
 }
 
+// Stop signals (StopSignals): a worker takes SIGTERM as a shutdown message and exits 0 rather
+// than dying of it; its engine core sees the exit as any other.
+TEST(EngineCoreStopSignals, WorkerExitsZeroOnSigterm) {
+  CoreProcessHarness h(small_engine(2));
+  ASSERT_TRUE(h.wait_ready());
+  ASSERT_EQ(h.worker_pids().size(), 2u);
+  send_signal(h.worker_pids()[1], SIGTERM);
+  ASSERT_TRUE(h.wait_until([&] { return h.failed().has_value(); }, std::chrono::seconds(10)));
+  EXPECT_NE(h.failed()->find("worker 0/1"), std::string::npos) << *h.failed();
+  EXPECT_NE(h.failed()->find("died: exited with status 0"), std::string::npos) << *h.failed();
+}
+
+// An engine core takes SIGTERM (or SIGINT) as a shutdown message: its workers get theirs, and
+// it exits 0.
+TEST(EngineCoreStopSignals, EngineCoreShutsDownAndExitsZeroOnSigterm) {
+  for (int signo : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(signo == SIGTERM ? "SIGTERM" : "SIGINT");
+    CoreProcessHarness h(small_engine(2));
+    ASSERT_TRUE(h.wait_ready());
+    h.core().signal(signo);
+    ASSERT_TRUE(h.core().wait_exit(std::chrono::seconds(10)));
+    EXPECT_EQ(h.core().poll_exit(), "exited with status 0");
+    EXPECT_FALSE(h.failed().has_value()) << *h.failed();
+  }
+}
+
 TEST(EngineCoreHealth, H6_StoppedWorkerIsReportedStalled) {
   Config config = small_engine(2);
   config.engine.stall_timeout_s = 0.5;

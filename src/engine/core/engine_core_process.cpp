@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <iostream>
 #include <optional>
 #include <vector>
 
 #include "kvtier/core/child_process.h"
+#include "kvtier/core/stop_signals.h"
 #include "kvtier/engine/engine_scheduler.h"
 #include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/heartbeat_counters.h"
@@ -25,8 +27,9 @@ constexpr auto kStartupTimeout = std::chrono::seconds(60);
 class EngineCore {
  public:
   EngineCore(const Config& config, uint32_t core, const std::string& run_dir,
-             const std::string& config_path)
-      : config_(config),
+             const std::string& config_path, const std::atomic<bool>& stop_requested)
+      : stop_requested_(stop_requested),
+        config_(config),
         core_(core),
         shape_(engine_shape(config)),
         scheduler_(config, shape_),
@@ -76,6 +79,7 @@ class EngineCore {
         if ((*msg)->body["t"] == "shutdown") return stop(0);
         on_frontend_message((*msg)->body);
       }
+      if (stop_requested_.load()) return stop(0);  // SIGINT/SIGTERM: as a shutdown message
       if (step_in_flight_ && done_count_ == shape_.world_size) {
         if (auto reason = finish_step()) return fail(*reason);
       }
@@ -296,6 +300,7 @@ class EngineCore {
     return code;
   }
 
+  const std::atomic<bool>& stop_requested_;
   const Config config_;
   const uint32_t core_;
   const EngineShape shape_;
@@ -316,8 +321,12 @@ class EngineCore {
 
 int run_engine_core(const Config& config, uint32_t core, const std::string& run_dir,
                     const std::string& config_path) {
+  std::atomic<bool> stop_requested{false};
+  // Before any thread starts (ZeroMQ's); the workers it spawns get the signals as usual.
+  StopSignals stop_signals;
+  stop_signals.deliver_to([&stop_requested] { stop_requested.store(true); });
   try {
-    EngineCore engine(config, core, run_dir, config_path);
+    EngineCore engine(config, core, run_dir, config_path, stop_requested);
     return engine.run();
   } catch (const std::exception& e) {
     std::cerr << "engine-core " << core << ": fatal: " << e.what() << "\n";

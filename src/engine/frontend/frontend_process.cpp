@@ -1,43 +1,47 @@
 #include "kvtier/engine/frontend_process.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
+#include <condition_variable>
 #include <csignal>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "kvtier/core/child_process.h"
+#include "kvtier/core/stop_signals.h"
 #include "kvtier/engine/core_manager.h"
 #include "kvtier/engine/frontend_server.h"
 
 namespace kvtier {
 namespace {
 
-// Self-pipe: the signal handler writes the signal number, the main thread reads it.
-int g_wake_pipe[2] = {-1, -1};
+// Set by a stop signal or by the HTTP server stopping by itself; the main thread waits for it.
+class StopLatch {
+ public:
+  void set() {
+    std::lock_guard lock(mutex_);
+    set_ = true;
+    changed_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [this] { return set_; });
+  }
 
-void on_stop_signal(int signo) {
-  const char byte = static_cast<char>(signo);
-  (void)!write(g_wake_pipe[1], &byte, 1);
-}
-
-void install_stop_handlers() {
-  if (pipe2(g_wake_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-  struct sigaction action = {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  // A client that disconnects mid-answer must not kill the server.
-  std::signal(SIGPIPE, SIG_IGN);
-}
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool set_ = false;
+};
 
 }  // namespace
 
 int run_frontend(const Config& config, const std::filesystem::path& run_dir, std::ostream& out) {
-  install_stop_handlers();
+  StopLatch stop;  // outlives the thread that sets it
+  // Before any thread starts (the core manager's, the HTTP server's pool).
+  StopSignals stop_signals;
+  stop_signals.deliver_to([&stop] { stop.set(); });
+  // A client that disconnects mid-answer must not kill the server.
+  std::signal(SIGPIPE, SIG_IGN);
   auto manager =
       CoreManager::start(CoreManagerOptions::from_config(config, run_dir, self_executable()));
   if (!manager) {
@@ -55,14 +59,12 @@ int run_frontend(const Config& config, const std::filesystem::path& run_dir, std
   }
   std::thread http([&] {
     server.run();
-    on_stop_signal(0);  // the server stopped by itself: shut down as well
+    stop.set();  // the server stopped by itself: shut down as well
   });
   out << "kvtier: serving " << config.engine.model_name << " on http://" << config.engine.host
       << ":" << *port << '\n'
       << std::flush;  // the line callers wait for
-  char signo = 0;
-  while (read(g_wake_pipe[0], &signo, 1) < 0 && errno == EINTR) {
-  }
+  stop.wait();
   // Cores first, with the HTTP server still answering 503 "closed" meanwhile.
   (*manager)->shutdown();
   server.stop();

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <iostream>
@@ -10,6 +11,7 @@
 
 #include "kvtier/connector/connector_factory.h"
 #include "kvtier/connector/worker_connector.h"
+#include "kvtier/core/stop_signals.h"
 #include "kvtier/device/fault_injecting_device.h"
 #include "kvtier/device/host_device.h"
 #include "kvtier/engine/byte_vocab.h"
@@ -24,8 +26,10 @@ namespace {
 
 class Worker {
  public:
-  Worker(const Config& config, uint32_t core, uint32_t rank, const std::string& run_dir)
-      : config_(config),
+  Worker(const Config& config, uint32_t core, uint32_t rank, const std::string& run_dir,
+         const std::atomic<bool>& stop_requested)
+      : stop_requested_(stop_requested),
+        config_(config),
         rank_(rank),
         shape_(engine_shape(config)),
         fault_(host_, fault_plan_from_config(config.faults, rank)),
@@ -64,6 +68,7 @@ class Worker {
     const auto heartbeat = std::chrono::milliseconds(
         std::max<int64_t>(1, static_cast<int64_t>(config_.engine.heartbeat_interval_s * 1000)));
     for (;;) {
+      if (stop_requested_.load()) return 0;  // SIGINT/SIGTERM: as a shutdown message
       zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
       if (zmq::poll(&item, 1, heartbeat) == 0) {
         send_message(socket_, {{"t", "hb"}, {"rank", rank_}});
@@ -136,6 +141,7 @@ class Worker {
         {{"t", "done"}, {"step", body.at("step")}, {"tokens", sampled}, {"output", to_json(out)}});
   }
 
+  const std::atomic<bool>& stop_requested_;
   const Config config_;
   uint32_t rank_;
   EngineShape shape_;
@@ -154,9 +160,13 @@ class Worker {
 }  // namespace
 
 int run_worker(const Config& config, uint32_t core, uint32_t rank, const std::string& run_dir) {
+  std::atomic<bool> stop_requested{false};
+  // Before any thread starts (ZeroMQ's, the device's copy threads).
+  StopSignals stop_signals;
+  stop_signals.deliver_to([&stop_requested] { stop_requested.store(true); });
   std::unique_ptr<Worker> worker;
   try {
-    worker = std::make_unique<Worker>(config, core, rank, run_dir);
+    worker = std::make_unique<Worker>(config, core, rank, run_dir, stop_requested);
     return worker->run();
   } catch (const std::exception& e) {
     // Setup failed; the engine core sees this process exit and reports it.

@@ -53,8 +53,8 @@ class Server:
         args = [binary(), "--set", f"server.endpoint={self.endpoint}"]
         for s in list(SETTINGS) + list(extra):
             args += ["--set", s]
-        self.process = subprocess.Popen(args + ["server", "--test-hooks"],
-                                        stderr=subprocess.DEVNULL)
+        # stderr is inherited: pytest shows it with a failure (a sanitizer's report included).
+        self.process = subprocess.Popen(args + ["server", "--test-hooks"])
         probe = Client(self)
         deadline = time.monotonic() + 15
         while True:
