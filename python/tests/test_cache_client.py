@@ -280,9 +280,9 @@ def test_H7_a_dead_kvtierd_makes_the_client_degraded_lookups_unavailable_stores_
 
 def test_F7_an_unprovable_store_raises_FailStop_and_so_does_every_later_transfer(tmp_path):
     # A hung kvtierd (SIGSTOP) never answers: the store's deadline (0.3 + 0.1 s) passes long
-    # before the heartbeat (5 s) could see the server hung, so the store was sent and its copies
-    # cannot be proven to have stopped.
-    config = server_config(tmp_path, "server.heartbeat_interval_s=5", "server.client_timeout_s=30",
+    # before the heartbeat (a PING unanswered for 2 s) could see the server hung, so the store
+    # was sent and its copies cannot be proven to have stopped.
+    config = server_config(tmp_path, "server.heartbeat_interval_s=2", "server.client_timeout_s=30",
                            "transfer.transfer_deadline_s=0.3", "transfer.completion_margin_s=0.1")
     server = Kvtierd(config, tmp_path)
     try:
@@ -294,17 +294,20 @@ def test_F7_an_unprovable_store_raises_FailStop_and_so_does_every_later_transfer
         assert "job 9 is unprovable" in e.value.reason
         assert not isinstance(e.value, kvtier.Error)
         assert c.fail_stopped and c.health()["fail_stopped"]
+        server.process.send_signal(signal.SIGCONT)
+        assert c.stats()["clients"] == 1  # answering again; diagnostics still work
         with pytest.raises(kvtier.FailStop):
             c.retrieve(10, keys, [[2, 3]])  # not sent: kvtierd may still write the memory
-        server.process.send_signal(signal.SIGCONT)
-        assert c.stats()["clients"] == 1  # diagnostics still work
+        with pytest.raises(kvtier.FailStop):
+            c.store(11, keys, [[2, 3]])
         c.close()
     finally:
         server.stop()
 
 
 def test_the_gil_is_released_while_a_lookup_waits_for_a_hung_kvtierd(tmp_path):
-    config = server_config(tmp_path, "server.heartbeat_interval_s=5", "server.client_timeout_s=30",
+    # The lookup's deadline (1 s) passes before the heartbeat (2 s) could see the server hung.
+    config = server_config(tmp_path, "server.heartbeat_interval_s=2", "server.client_timeout_s=30",
                            "server.request_timeout_s=1")
     server = Kvtierd(config, tmp_path)
     try:
