@@ -52,6 +52,13 @@ class WorkerOutput(NamedTuple):
     fail_stop: bool
     fail_stop_reason: str
 
+class LookupReply(NamedTuple):
+    """CacheClient.lookup's answer."""
+
+    hits: int  # leading keys that are ready in kvtierd
+    pending: bool  # the next key is being stored or fetched from a lower tier: ask again
+    lock: int  # read lock on the hits (0: none), for retrieve() or release()
+
 class ChunkTransfer(NamedTuple):
     group: int
     blocks: List[int]
@@ -179,8 +186,9 @@ class Scheduler:
     def audit(self) -> None: ...
 
 class KvMemory:
-    """One KV-cache tensor's bytes in kvtierd's shared memory (cache.mode server): a writable
-    buffer, e.g. torch.frombuffer(memory, dtype=torch.float32)."""
+    """One KV-cache tensor's bytes in kvtierd's shared memory (a Worker with cache.mode server,
+    a CacheClient): a writable buffer, e.g. torch.frombuffer(memory, dtype=torch.float32). The
+    memory stays mapped while this object (or a tensor over it) is referenced."""
 
     def __len__(self) -> int: ...
 
@@ -223,4 +231,73 @@ class Worker:
     def closed(self) -> bool: ...
     def close(self) -> None: ...
     def __enter__(self) -> Worker: ...
+    def __exit__(self, *args: Any) -> None: ...
+
+def chunk_keys(
+    layout: Layout,
+    tokens: Sequence[int],
+    *,
+    model: str,
+    group: int = 0,
+    cache_salt: str = "",
+    rank: Optional[int] = None,
+) -> List[str]:
+    """The keys (32 hex digits) of every full chunk of `tokens`, as the connector computes them
+    for `model`, `cache_salt` and `group`; with `rank`, that rank's share of each chunk, the key
+    its worker side stores in kvtierd."""
+
+class CacheClient:
+    """A connection to kvtierd (server.endpoint) over KV memory of its own that kvtierd maps.
+
+    Calls that talk to kvtierd release the GIL and return by their deadline (F8). Failures are
+    kvtier.Error with kvtier's code ("unavailable" while kvtierd is down: the client is
+    degraded and reconnects by itself, H7; "deadline_exceeded" without a reply). A store or
+    retrieve ends in a JobVerdict ("completed" | "failed"); an unprovable one raises FailStop
+    (F7), and so does every later store or retrieve. Thread-safe."""
+
+    def __init__(self, config: Config, *, num_blocks: int, rank: int = 0, wait: bool = True) -> None:
+        """Allocates num_blocks blocks per group of config.layout (zero-filled, in kv_caches) and
+        registers them with kvtierd; with `wait`, waits at most server.connect_timeout_s."""
+    def health(self) -> Dict[str, Any]:
+        """{"state": "ok" | "degraded" | "shutdown", "reason": str, "fail_stopped": bool,
+        "server_boot_id": int, "degraded_tiers": List[str]} (the tiers kvtierd says are DOWN)."""
+    @property
+    def fail_stopped(self) -> bool: ...
+    def wait_until_ok(self, timeout_s: float) -> bool: ...
+    def lookup(self, keys: Sequence[str], lock_for_s: float = 0.0) -> LookupReply: ...
+    def store(self, job: int, keys: Sequence[str], blocks: Sequence[Sequence[int]], group: int = 0) -> JobVerdict:
+        """blocks[i]: this client's blocks (of `group`) that hold the chunk keys[i]."""
+    def retrieve(
+        self,
+        job: int,
+        keys: Sequence[str],
+        blocks: Sequence[Sequence[int]],
+        *,
+        group: int = 0,
+        lock: int = 0,
+    ) -> JobVerdict:
+        """blocks[i]: this client's blocks (of `group`) the chunk keys[i] is copied into."""
+    def release(self, lock: int) -> None: ...
+    def stats(self) -> Dict[str, int]:
+        """kvtierd's counters (STATS), name -> int (docs/protocol.md)."""
+    def tiers(self) -> Dict[str, Dict[str, Union[str, int]]]:
+        """kvtierd's lower tiers: name -> {"state": "up" | "down", counter name -> int}."""
+    def ping(self) -> Dict[str, int]: ...
+    def unregister(self) -> None: ...
+    def shutdown_server(self) -> None: ...
+    @property
+    def kv_caches(self) -> List[List[KvMemory]]:
+        """Per group, one KvMemory per tensor of config.layout.kv_cache_shape(num_blocks)."""
+    @property
+    def rank(self) -> int: ...
+    @property
+    def num_blocks(self) -> int: ...
+    @property
+    def layout(self) -> Layout: ...
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> CacheClient: ...
     def __exit__(self, *args: Any) -> None: ...

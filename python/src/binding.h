@@ -54,6 +54,7 @@ struct PyTypes {
   py::object worker_output;
   py::object transfer_job;
   py::object chunk_transfer;
+  py::object lookup_reply;
 };
 const PyTypes& types();
 void init_types(py::module_& m);
@@ -78,5 +79,6 @@ uint32_t default_host_slots(const Config& config);
 void bind_config(py::module_& m);
 void bind_scheduler(py::module_& m);
 void bind_worker(py::module_& m);
+void bind_cache_client(py::module_& m);
 
 }  // namespace kvtier::python

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "binding.h"
+#include "kv_memory.h"
 #include "kvtier/connector/connector_counter_names.h"
 #include "kvtier/device/device_fault.h"
 
@@ -82,6 +83,11 @@ TransferJob.__doc__ = """A load or store of one request (StepMetadata.loads / .s
 
 ChunkTransfer = _collections.namedtuple("ChunkTransfer", "group blocks slot first_block")
 ChunkTransfer.__doc__ = """One chunk of a job: device ``blocks`` of ``group`` <-> host ``slot``."""
+
+LookupReply = _collections.namedtuple("LookupReply", "hits pending lock")
+LookupReply.__doc__ = """CacheClient.lookup's answer: ``hits`` leading keys are ready in kvtierd;
+``pending``: the next key is being stored or fetched from a lower tier (ask again later);
+``lock``: the read lock on the hits (0: none), for retrieve() or release()."""
 )PY";
 
 PyTypes* g_types = nullptr;
@@ -106,6 +112,7 @@ void init_types(py::module_& m) {
       .worker_output = m.attr("WorkerOutput"),
       .transfer_job = m.attr("TransferJob"),
       .chunk_transfer = m.attr("ChunkTransfer"),
+      .lookup_reply = m.attr("LookupReply"),
   };
   py::delattr(m, "_collections");
 }
@@ -248,7 +255,8 @@ PYBIND11_MODULE(kvtier, m) {
   m.doc() =
       "kvtier: KV-cache offload for LLM inference. The connector's scheduler side "
       "(Scheduler) and worker side (Worker, over KV caches held in PyTorch tensors or any "
-      "buffer), its configuration (Config) and counters. docs/python.md describes the API.";
+      "buffer), a kvtierd client (CacheClient, with the tiers' status), its configuration "
+      "(Config) and counters. docs/python.md describes the API.";
   m.attr("__version__") = KVTIER_VERSION;
   init_types(m);
 
@@ -269,6 +277,8 @@ PYBIND11_MODULE(kvtier, m) {
   });
 
   bind_config(m);
+  bind_kv_memory(m);
   bind_scheduler(m);
   bind_worker(m);
+  bind_cache_client(m);
 }

@@ -15,6 +15,7 @@
 
 #include "binding.h"
 #include "kv_cache_buffers.h"
+#include "kv_memory.h"
 #include "kvtier/connector/local_worker_connector.h"
 
 namespace kvtier::python {
@@ -64,13 +65,6 @@ uint32_t leading_extent(py::handle obj, const char* what) {
 // that the memory stays mapped while a tensor over it exists.
 struct RemoteKv {
   std::unique_ptr<WorkerConnector> connector;
-};
-
-// One KV-cache tensor's bytes in kvtierd's shared memory, as a writable buffer.
-struct KvMemory {
-  std::shared_ptr<RemoteKv> owner;
-  void* data = nullptr;
-  size_t bytes = 0;
 };
 
 class Worker {
@@ -321,16 +315,6 @@ class Worker {
 }  // namespace
 
 void bind_worker(py::module_& m) {
-  py::class_<KvMemory>(m, "KvMemory", py::buffer_protocol(),
-                       "One KV-cache tensor's bytes in the shared memory kvtierd maps (cache.mode "
-                       "server), as a writable buffer: torch.frombuffer(memory, dtype=...)."
-                       "view(shape). The memory stays mapped while this object is referenced.")
-      .def_buffer([](KvMemory& k) {
-        return py::buffer_info(k.data, 1, py::format_descriptor<uint8_t>::format(), 1,
-                               {static_cast<ssize_t>(k.bytes)}, {ssize_t{1}});
-      })
-      .def("__len__", [](const KvMemory& k) { return k.bytes; });
-
   py::class_<Worker>(
       m, "Worker",
       "One rank's worker side of the connector (cache.mode local), over the rank's KV caches, "

@@ -441,14 +441,25 @@ std::string tier_down_field(std::string_view tier_name) {
 }
 
 std::vector<std::string> degraded_tiers_of(const Reply& reply) {
-  constexpr std::string_view kPrefix = "tier.", kSuffix = ".down";
   std::vector<std::string> names;
-  for (const auto& [name, value] : reply.fields) {
-    if (value == 0 || name.size() <= kPrefix.size() + kSuffix.size()) continue;
-    if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) continue;
-    names.push_back(name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size()));
+  for (const auto& [name, fields] : tier_fields_of(reply)) {
+    auto down = fields.find("down");
+    if (down != fields.end() && down->second != 0) names.push_back(name);
   }
   return names;
+}
+
+std::map<std::string, std::map<std::string, uint64_t>> tier_fields_of(const Reply& reply) {
+  constexpr std::string_view kPrefix = "tier.";
+  std::map<std::string, std::map<std::string, uint64_t>> tiers;
+  for (const auto& [key, value] : reply.fields) {
+    if (!key.starts_with(kPrefix)) continue;
+    const size_t dot = key.rfind('.');
+    // A name and a field, both nonempty.
+    if (dot <= kPrefix.size() || dot + 1 == key.size()) continue;
+    tiers[key.substr(kPrefix.size(), dot - kPrefix.size())][key.substr(dot + 1)] = value;
+  }
+  return tiers;
 }
 
 std::string utf8_message(std::string_view text) {

@@ -178,6 +178,24 @@ TEST(ProtocolCodec, DegradedTiersAreTheDownFieldsSetToOne) {
   EXPECT_TRUE(degraded_tiers_of(Reply{}).empty());
 }
 
+TEST(ProtocolCodec, TierFieldsAreGroupedByTierName) {
+  Reply in;
+  in.fields = {{"boot_id", 1},
+               {"tiers", 2},
+               {tier_down_field("redis"), 1},
+               {"tier.redis.errors", 3},
+               {tier_down_field("disk"), 0},
+               {"tier.disk.hits", 5},
+               {"tier..down", 1},
+               {"tier.disk.", 7},
+               {"tier_writes_enqueued", 4}};
+  const auto tiers = tier_fields_of(in);
+  const std::map<std::string, std::map<std::string, uint64_t>> want = {
+      {"disk", {{"down", 0}, {"hits", 5}}}, {"redis", {{"down", 1}, {"errors", 3}}}};
+  EXPECT_EQ(tiers, want);
+  EXPECT_TRUE(tier_fields_of(Reply{}).empty());
+}
+
 TEST(ProtocolCodec, F11_EveryTruncationIsMalformedNotACrash) {
   const std::string frame = encode_request(store_request());
   for (size_t n = 0; n < frame.size(); ++n) {

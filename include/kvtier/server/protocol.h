@@ -136,8 +136,12 @@ struct Reply {
 // H7, lower tiers: STATS and PING replies carry "tier.<name>.down" (1 while the tier is DOWN;
 // STATS also sends 0 for an UP tier). Optional fields: a reply without them names no tier.
 std::string tier_down_field(std::string_view tier_name);
-// The names of the tiers a reply says are DOWN, in field order.
+// The names of the tiers a reply says are DOWN, in name order.
 std::vector<std::string> degraded_tiers_of(const Reply& reply);
+// Every tier a reply names, with its fields: "tier.<name>.<field>" becomes
+// tiers[name][field] (the name is what lies between "tier." and the last '.'). STATS names every
+// configured tier (its "down" and its TierCounters); PING only the DOWN ones.
+std::map<std::string, std::map<std::string, uint64_t>> tier_fields_of(const Reply& reply);
 
 struct DecodeLimits {
   size_t max_frame_bytes = size_t{1} << 20;
