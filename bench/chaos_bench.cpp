@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -42,7 +43,7 @@ constexpr milliseconds kKillTo503{1000};          // H2/H3: a dead worker or cor
 constexpr milliseconds kStallTo503{1000 + 1000};  // H6: stall_timeout_s + one second
 constexpr milliseconds kRequestSlack{3000};       // a request ends by its timeout plus this
 constexpr milliseconds kAuditWait{5000};          // quiet period: the audits must pass by then
-constexpr double kEpochSeconds = 6.0;
+constexpr double kEpochSeconds = 5.0;
 
 double ms_between(BenchClock::time_point a, BenchClock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -322,16 +323,19 @@ class Epoch {
                                    std::chrono::duration<double>(kEpochSeconds));
       // At most one fault meant to be fatal per epoch, at a drawn time.
       std::optional<BenchClock::time_point> fatal_at;
-      if (rng_() % 100 < 45) fatal_at = start + milliseconds(500 + rng_() % 4000);
+      if (rng_() % 100 < 70) fatal_at = start + milliseconds(300 + rng_() % 3500);
       while (BenchClock::now() < end && !poller.failed()) {
+        resume_due();
         if (fatal_at && BenchClock::now() >= *fatal_at) {
           fatal_at.reset();
+          resume_due(true);
           fatal_fault(poller);
           continue;
         }
         light_fault();
-        std::this_thread::sleep_for(milliseconds(20 + rng_() % 80));  // the schedule's pace
+        std::this_thread::sleep_for(milliseconds(5 + rng_() % 30));  // the schedule's pace
       }
+      resume_due(true);
       // kvtierd or Redis taken down: the orchestrator brings them back.
       if (server_) restore_server_side();
       clients.stop();  // the quiet period begins: no new request
@@ -365,12 +369,30 @@ class Epoch {
     return v[rng_() % v.size()];
   }
 
-  // A stop shorter than the stall timeout: the instance must live on.
-  void stop_briefly(pid_t pid, const std::string& kind) {
-    if (!send_signal(pid, SIGSTOP)) return;
-    std::this_thread::sleep_for(milliseconds(50 + rng_() % 300));  // the stop's drawn length
-    send_signal(pid, SIGCONT);
+  // A stop shorter than the stall timeout (the instance must live on): SIGSTOP now, SIGCONT by
+  // resume_due() once its drawn length passed. A process is stopped at most once at a time.
+  void stop_briefly(const std::string& who, std::function<bool()> stop,
+                    std::function<void()> resume, const std::string& kind) {
+    for (const Stopped& s : stopped_)
+      if (s.who == who) return;
+    if (!stop()) return;
+    const auto until = BenchClock::now() + milliseconds(20 + rng_() % 200);
+    stopped_.push_back({who, std::move(resume), until});
     tally_.fault(kind);
+  }
+  void stop_pid_briefly(pid_t pid, const std::string& kind) {
+    stop_briefly(
+        std::to_string(pid), [pid] { return send_signal(pid, SIGSTOP); },
+        [pid] { send_signal(pid, SIGCONT); }, kind);
+  }
+  // Resumes the stopped processes whose stop has lasted its length (all of them with `all`).
+  void resume_due(bool all = false) {
+    const auto now = BenchClock::now();
+    std::erase_if(stopped_, [&](Stopped& s) {
+      if (!all && s.until > now) return false;
+      s.resume();
+      return true;
+    });
   }
 
   // Faults the instance survives: short stops, flipped tier records.
@@ -385,24 +407,28 @@ class Epoch {
       return;
     }
     if (server_ && draw < 46) {
-      if (side_.kvtierd->running()) stop_briefly(side_.kvtierd->pid(), "sigstop_kvtierd_short");
+      if (side_.kvtierd->running()) stop_pid_briefly(side_.kvtierd->pid(), "sigstop_kvtierd_short");
       return;
     }
     if (server_ && draw < 52) {
       if (!side_.redis->running()) return;
-      side_.redis->pause();
-      std::this_thread::sleep_for(milliseconds(50 + rng_() % 300));  // the stop's drawn length
-      side_.redis->resume();
-      tally_.fault("sigstop_redis_short");
+      RedisServerProcess& redis = *side_.redis;
+      stop_briefly(
+          "redis",
+          [&redis] {
+            redis.pause();
+            return true;
+          },
+          [&redis] { redis.resume(); }, "sigstop_redis_short");
       return;
     }
     if (draw < 80) {
       const std::vector<pid_t> workers = workers_of(serve_);
-      if (!workers.empty()) stop_briefly(pick(workers), "sigstop_worker_short");
+      if (!workers.empty()) stop_pid_briefly(pick(workers), "sigstop_worker_short");
       return;
     }
     const std::vector<pid_t> cores = cores_of(serve_);
-    if (!cores.empty()) stop_briefly(pick(cores), "sigstop_engine_core_short");
+    if (!cores.empty()) stop_pid_briefly(pick(cores), "sigstop_engine_core_short");
   }
 
   // A fault that takes down a process: the health oracle's bounds apply.
@@ -526,11 +552,18 @@ class Epoch {
     return "leak: " + problem;
   }
 
+  struct Stopped {
+    std::string who;
+    std::function<void()> resume;
+    BenchClock::time_point until;
+  };
+
   const ServeInstance& serve_;
   bool server_;
   std::mt19937_64& rng_;
   ServerSide& side_;
   Tally& tally_;
+  std::vector<Stopped> stopped_;
 };
 
 // The `--set`s of every instance: 2 engine cores of world size 2, fast heartbeats, small blocks,
