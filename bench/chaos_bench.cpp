@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -276,6 +277,7 @@ bool health_503_within(const ServeInstance& serve, BenchClock::time_point since,
 struct DeviceFaults {
   std::vector<std::string> sets;
   std::string description;
+  bool may_fail_stop = false;  // record failures drawn
 };
 
 DeviceFaults draw_device_faults(std::mt19937_64& rng) {
@@ -286,6 +288,7 @@ DeviceFaults draw_device_faults(std::mt19937_64& rng) {
     if (unit(rng) >= p) return;
     const double r = (0.02 + 0.28 * unit(rng)) * scale;
     f.sets.push_back(std::string("faults.") + field + "=" + std::to_string(r));
+    f.may_fail_stop = f.may_fail_stop || std::string_view(field) == "record_failure_rate";
     d << field << "=" << std::to_string(r) << " ";
   };
   maybe("submit_failure_rate", 0.6, 1);
@@ -305,9 +308,15 @@ DeviceFaults draw_device_faults(std::mt19937_64& rng) {
 // the epoch's time is up or a fatal fault took the instance down.
 class Epoch {
  public:
-  Epoch(const ServeInstance& serve, bool server, std::mt19937_64& rng, ServerSide& side,
-        Tally& tally)
-      : serve_(serve), server_(server), rng_(rng), side_(side), tally_(tally) {}
+  // `may_fail_stop`: the instance's device faults include record failures (Unprovable, F7).
+  Epoch(const ServeInstance& serve, bool server, bool may_fail_stop, std::mt19937_64& rng,
+        ServerSide& side, Tally& tally)
+      : serve_(serve),
+        server_(server),
+        may_fail_stop_(may_fail_stop),
+        rng_(rng),
+        side_(side),
+        tally_(tally) {}
 
   // Returns the epoch's row (without its number and device faults).
   nlohmann::ordered_json run(const std::vector<ChaosRequest>& requests, size_t max_tokens) {
@@ -342,6 +351,7 @@ class Epoch {
       completed = clients.completed();
       if (poller.failed()) {
         ended = poller.failure();
+        judge_failure(ended);
       } else {
         audit = audit_quiet();
         ended = "quiet";
@@ -360,7 +370,8 @@ class Epoch {
                                   {"requests_completed", completed},
                                   {"wall_s", ms_between(start, BenchClock::now()) / 1000},
                                   {"ended", ended},
-                                  {"audit", audit}};
+                                  {"audit", audit},
+                                  {"fatal_fault", fatal_kind_}};
   }
 
  private:
@@ -431,6 +442,22 @@ class Epoch {
     if (!cores.empty()) stop_pid_briefly(pick(cores), "sigstop_engine_core_short");
   }
 
+  void note_fatal(const std::string& kind) {
+    fatal_kind_ = kind;
+    tally_.fault(kind);
+  }
+
+  // An instance that failed: a process killed by a signal the driver did not send crashed (a
+  // defect); a failure with no fatal fault and no record failure drawn is unexplained (shown, for
+  // a person to judge).
+  void judge_failure(const std::string& reason) {
+    static const std::regex signal(R"(killed by signal ([0-9]+))");
+    std::smatch m;
+    if (std::regex_search(reason, m, signal) && m[1] != "9")
+      tally_.violation("crashes", "epoch instance: " + reason);
+    if (fatal_kind_.empty() && !may_fail_stop_) tally_.violation("unexplained_failures", reason);
+  }
+
   // A fault that takes down a process: the health oracle's bounds apply.
   void fatal_fault(const HealthPoller& poller) {
     const uint64_t kinds = server_ ? 8 : 4;
@@ -444,14 +471,14 @@ class Epoch {
       const auto t0 = BenchClock::now();
       if (kind < 2) {
         if (!send_signal(pid, SIGKILL)) return;
-        tally_.fault("sigkill_" + who);
+        note_fatal("sigkill_" + who);
         if (!health_503_within(serve_, t0, kKillTo503))
           tally_.violation("dishonest_health", "no 503 within " +
                                                    std::to_string(kKillTo503.count()) +
                                                    " ms of SIGKILL of the " + who);
       } else {
         if (!send_signal(pid, SIGSTOP)) return;
-        tally_.fault("sigstop_" + who + "_long");
+        note_fatal("sigstop_" + who + "_long");
         if (!health_503_within(serve_, t0, kStallTo503))
           tally_.violation("dishonest_health", "no 503 within " +
                                                    std::to_string(kStallTo503.count()) +
@@ -470,23 +497,23 @@ class Epoch {
     switch (kind) {
       case 4:
         side_.kvtierd->kill();
-        tally_.fault("sigkill_kvtierd");
+        note_fatal("sigkill_kvtierd");
         break;
       case 5:
         side_.kvtierd->signal(SIGSTOP);
         std::this_thread::sleep_for(milliseconds(1000 + rng_() % 1000));
         side_.kvtierd->signal(SIGCONT);
-        tally_.fault("sigstop_kvtierd_long");
+        note_fatal("sigstop_kvtierd_long");
         break;
       case 6:
         side_.redis->kill();
-        tally_.fault("sigkill_redis");
+        note_fatal("sigkill_redis");
         break;
       default:
         side_.redis->pause();
         std::this_thread::sleep_for(milliseconds(1000 + rng_() % 1000));
         side_.redis->resume();
-        tally_.fault("sigstop_redis_long");
+        note_fatal("sigstop_redis_long");
         break;
     }
     restore_server_side();
@@ -560,10 +587,12 @@ class Epoch {
 
   const ServeInstance& serve_;
   bool server_;
+  bool may_fail_stop_;
   std::mt19937_64& rng_;
   ServerSide& side_;
   Tally& tally_;
   std::vector<Stopped> stopped_;
+  std::string fatal_kind_;  // the fatal fault injected, if any
 };
 
 // The `--set`s of every instance: 2 engine cores of world size 2, fast heartbeats, small blocks,
@@ -617,7 +646,7 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
   std::filesystem::create_directories(dir);
   Tally tally;
   uint64_t epochs = 0;
-  double chaos_s = 0;
+  std::optional<BenchClock::time_point> chaos_start;  // after the reference run
   int code = 0;
   try {
     const ChaosRequestShape shape;
@@ -637,7 +666,7 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
           exe, "ipc://" + (dir / "kvtierd.sock").string(), kvtierd_sets(side), dir / "kvtierd.log");
     }
     std::mt19937_64 rng(o.seed);
-    const auto start = BenchClock::now();
+    const auto start = *(chaos_start = BenchClock::now());
     const auto end = start + std::chrono::duration_cast<BenchClock::duration>(
                                  std::chrono::duration<double>(o.seconds));
     while (BenchClock::now() < end) {
@@ -653,7 +682,7 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
       }
       ++epochs;
       ServeInstance serve(exe, sets, 60s);
-      Epoch epoch(serve, server, rng, side, tally);
+      Epoch epoch(serve, server, faults.may_fail_stop, rng, side, tally);
       nlohmann::ordered_json row{{"bench", "chaos_epoch"},
                                  {"epoch", epochs},
                                  {"mode", server ? "server" : "local"},
@@ -662,13 +691,13 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
       emit(out, o.json, row);
       out.flush();
     }
-    chaos_s = ms_between(start, BenchClock::now()) / 1000;
   } catch (const std::exception& e) {
     std::cerr << "bench chaos: " << e.what() << "\n";
     code = 2;
   }
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
+  const double chaos_s = chaos_start ? ms_between(*chaos_start, BenchClock::now()) / 1000 : 0;
   const uint64_t wrong = tally.violations("wrong_outputs"),
                  hung = tally.violations("hung_requests"),
                  dishonest = tally.violations("dishonest_health"),
@@ -683,6 +712,8 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
            {"hung_requests", hung},
            {"dishonest_health", dishonest},
            {"leaks", leaks},
+           {"crashes", tally.violations("crashes")},
+           {"unexplained_failures", tally.violations("unexplained_failures")},
            {"requests_failed", tally.failed_count()},
            {"seed", o.seed},
            {"seconds", chaos_s},
@@ -690,7 +721,7 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
            {"faults_per_minute",
             chaos_s > 0 ? static_cast<double>(tally.total_faults()) * 60 / chaos_s : 0.0}});
   if (code != 0) return code;
-  return wrong + hung + dishonest + leaks == 0 ? 0 : 1;
+  return wrong + hung + dishonest + leaks + tally.violations("crashes") == 0 ? 0 : 1;
 }
 
 }  // namespace kvtier::bench
