@@ -98,6 +98,7 @@ StreamResult ServeInstance::stream(const std::string& prompt, size_t max_tokens,
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
   req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+    if (BenchClock::now() - t0 > timeout) return false;  // a stream that never ends: give up
     pending.append(data, size);
     for (size_t end = pending.find("\n\n"); end != std::string::npos; end = pending.find("\n\n")) {
       const std::string event = pending.substr(0, end);

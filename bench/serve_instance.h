@@ -51,7 +51,8 @@ class ServeInstance {
   int health() const { return get("/health").status; }
 
   // A streamed /v1/completions request (greedy). With `hang_up_after` = n, the client closes
-  // the connection after its n-th data event. `timeout`: the client's read timeout.
+  // the connection after its n-th data event. `timeout`: the client's read timeout, and the
+  // longest it waits for the whole stream (then it hangs up; wall_ms tells).
   StreamResult stream(const std::string& prompt, size_t max_tokens,
                       std::chrono::milliseconds timeout,
                       std::optional<size_t> hang_up_after = std::nullopt) const;
