@@ -1,24 +1,22 @@
 #include "workload_bench.h"
 
-#include <dirent.h>
-#include <httplib.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-#include <regex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "bench_row.h"
 #include "kvtier/core/child_process.h"
+#include "serve_instance.h"
 
 namespace kvtier::bench {
 namespace {
@@ -30,97 +28,7 @@ double ms_since(BenchClock::time_point t0) {
   return std::chrono::duration<double, std::milli>(BenchClock::now() - t0).count();
 }
 
-// One `kvtier serve` process tree, its stdout in a file of its own temporary folder.
-class Server {
- public:
-  Server(const std::string& exe, const std::vector<std::string>& sets) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvtier-workload-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    std::filesystem::create_directories(dir_);
-    std::string cmd = "exec '" + exe + "' serve";
-    for (const std::string& s : sets) cmd += " --set '" + s + "'";
-    cmd += " > '" + (dir_ / "out.log").string() + "' 2>&1";
-    process_ = ChildProcess::spawn({"/bin/sh", "-c", cmd});
-    const auto deadline = BenchClock::now() + std::chrono::seconds(120);
-    const std::regex line(R"(serving .* on http://([0-9.]+):([0-9]+))");
-    while (BenchClock::now() < deadline) {
-      std::ifstream log(dir_ / "out.log");
-      std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-      std::smatch m;
-      if (std::regex_search(text, m, line)) {
-        host_ = m[1];
-        port_ = std::stoi(m[2]);
-        break;
-      }
-      if (process_.poll_exit()) throw std::runtime_error("kvtier serve exited: " + text);
-      std::this_thread::sleep_for(milliseconds(20));  // waiting for a process to start
-    }
-    if (port_ == 0) throw std::runtime_error("kvtier serve did not print its port");
-    // Ready once /health answers 200.
-    while (BenchClock::now() < deadline && health() != 200)
-      std::this_thread::sleep_for(milliseconds(20));
-  }
-
-  ~Server() {
-    process_.stop(std::chrono::seconds(10));  // SIGTERM: graceful, its run dir is removed
-    std::filesystem::remove_all(dir_);
-  }
-
-  int health() {
-    httplib::Client c(host_, port_);
-    c.set_connection_timeout(std::chrono::seconds(1));
-    c.set_read_timeout(std::chrono::seconds(1));
-    auto r = c.Get("/health");
-    return r ? r->status : 0;
-  }
-
-  // Streams a completion; returns (TTFT ms, generated text).
-  std::pair<double, std::string> complete(const std::string& prompt, size_t max_tokens) {
-    httplib::Client c(host_, port_);
-    c.set_read_timeout(std::chrono::seconds(600));
-    const nlohmann::json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
-    std::string pending, text;
-    std::optional<double> ttft;
-    bool failed = false;  // an SSE `error` event
-    const auto t0 = BenchClock::now();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = body.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
-      pending.append(data, size);
-      for (size_t end = pending.find("\n\n"); end != std::string::npos;
-           end = pending.find("\n\n")) {
-        const std::string event = pending.substr(0, end);
-        pending.erase(0, end + 2);
-        if (event.starts_with("event: error")) failed = true;
-        if (!event.starts_with("data: ") || event == "data: [DONE]") continue;
-        const auto j = nlohmann::json::parse(event.substr(6), nullptr, false);
-        if (!j.is_object() || !j.contains("choices")) continue;
-        const std::string piece = j["choices"][0].value("text", "");
-        if (!piece.empty() && !ttft) ttft = ms_since(t0);
-        text += piece;
-      }
-      return true;
-    };
-    auto r = c.send(req);
-    if (!r || r->status != 200 || !ttft || failed) {
-      throw std::runtime_error("completion failed: status " + std::to_string(r ? r->status : 0) +
-                               (failed ? " and an error event" : ""));
-    }
-    return {*ttft, text};
-  }
-
-  pid_t pid() const { return process_.pid(); }
-
- private:
-  static inline int counter_ = 0;
-  std::filesystem::path dir_;
-  ChildProcess process_;
-  std::string host_;
-  int port_ = 0;
-};
+using Server = ServeInstance;
 
 std::string document(std::mt19937_64& rng, size_t n) {
   static const std::string words[] = {"cache ", "block ",  "token ", "layer ", "prefix ",

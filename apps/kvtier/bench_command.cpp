@@ -1,5 +1,6 @@
 #include <iostream>
 
+#include "chaos_bench.h"
 #include "commands.h"
 #include "scheduler_bench.h"
 #include "server_bench.h"
@@ -122,8 +123,29 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 100));
   server->add_option("--redis-server", server_options->redis_server,
                      "redis-server binary (default: redis-server on PATH)");
+  CLI::App* chaos = bench->add_subcommand(
+      "chaos",
+      "kvtier serve (2 engine cores, world size 2), locally and against kvtierd with the disk and "
+      "Redis tiers, under a seeded random schedule of faults; every completed response must "
+      "equal a fault-free reference run's, /health must be honest, no request may hang, no "
+      "audit may fail (docs/engine.md)");
+  auto chaos_options = std::make_shared<bench::ChaosBenchOptions>();
+  chaos->add_flag("--json", chaos_options->json, "Print JSON Lines instead of key=value rows");
+  auto* chaos_seconds =
+      chaos->add_option("--seconds", chaos_options->seconds, "Chaos time in seconds (default 60)")
+          ->check(CLI::Range(1.0, 86400.0));
+  chaos
+      ->add_option_function<double>(
+          "--minutes", [chaos_options](double m) { chaos_options->seconds = m * 60; },
+          "Chaos time in minutes")
+      ->check(CLI::Range(0.05, 1440.0))
+      ->excludes(chaos_seconds);
+  chaos->add_option("--seed", chaos_options->seed, "Seed of the requests and the fault schedule");
+  chaos->add_flag("!--no-server", chaos_options->server_mode,
+                  "Only the default mode: no kvtierd, disk, Redis");
   return [transfer, options, scheduler, sched, tiers, tier_options, workload, work, server,
-          server_options](const Config& config) -> int {
+          server_options, chaos, chaos_options](const Config& config) -> int {
+    if (chaos->parsed()) return bench::run_chaos_bench(*chaos_options, std::cout);
     if (server->parsed()) return bench::run_server_bench(*server_options, std::cout);
     if (scheduler->parsed()) return bench::run_scheduler_bench(*sched, std::cout);
     if (workload->parsed()) return bench::run_workload_bench(*work, std::cout);

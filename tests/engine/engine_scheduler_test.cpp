@@ -205,5 +205,29 @@ TEST(EngineScheduler, H8_StallHookStopsARequestAfterItsFirstToken) {
   EXPECT_TRUE(p.requests[0].running);
 }
 
+// A client that hangs up while its request's step is on the workers: the engine core aborts the
+// request before the step's results come back. The request must end without an update, its
+// step's results dropped, and the other request of the batch go on to the same output (found by
+// `kvtier bench chaos`: the engine core read the freed request and died of SIGSEGV).
+TEST(EngineScheduler, AbortWhileItsStepIsComputingEndsItAfterTheStep) {
+  for (bool kvtier : {false, true}) {
+    SCOPED_TRACE(kvtier ? "kvtier on" : "kvtier off");
+    Config c = base_config(0);
+    c.connector.enabled = kvtier;
+    const std::vector<TokenId> a(40, 5), b(48, 9);
+    SchedulerRig rig(c);
+    rig.add("a", a, 4);
+    rig.add("b", b, 4);
+    const StepPlan first = rig.step([&] { rig.scheduler().abort("a"); });
+    ASSERT_EQ(first.batch.size(), 2u) << "both requests were in the aborted step";
+    for (int i = 0; i < 50 && rig.done_count() < 1; ++i) rig.step();
+    EXPECT_FALSE(rig.results().contains("a")) << "an aborted request gets no update";
+    ASSERT_TRUE(rig.results().contains("b"));
+    EXPECT_EQ(rig.results().at("b").tokens, alone(c, b, 4));
+    EXPECT_EQ(rig.scheduler().counters().running, 0u);
+    for (const auto& r : rig.scheduler().progress().requests) EXPECT_NE(r.id, "a");
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::testing

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -55,9 +56,11 @@ class SchedulerRig {
     if (auto rejected = scheduler_.add(id, prompt, max_tokens)) record(*rejected);
   }
 
-  // One engine step. Returns its plan (for the test's checks).
-  StepPlan step() {
+  // One engine step. Returns its plan (for the test's checks). `while_computing` runs between
+  // the plan and its results, as the engine core's messages (an abort) arrive meanwhile.
+  StepPlan step(const std::function<void()>& while_computing = {}) {
     StepPlan plan = scheduler_.plan_step();
+    if (while_computing) while_computing();
     std::vector<ForwardInput> inputs;
     std::vector<std::vector<std::span<const uint32_t>>> tables(plan.batch.size());
     for (size_t i = 0; i < plan.batch.size(); ++i) {

@@ -65,8 +65,11 @@ void EngineScheduler::abort(const std::string& id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
   Request& r = *it->second;
-  // A request with transfers in flight keeps its blocks until they end (finish_step).
-  if (r.state == State::kLoading) {
+  // A request with transfers in flight keeps its blocks until they end, and one in the step the
+  // workers are computing keeps them (and itself: last_scheduled_ points to it) until the step's
+  // results come back; finish_step ends both.
+  if (r.state == State::kLoading ||
+      std::ranges::find(last_scheduled_, &r) != last_scheduled_.end()) {
     r.aborted = true;
     return;
   }
@@ -283,9 +286,14 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
                                 " sequences");
   }
   std::vector<Request*> done;
+  std::vector<Request*> aborted;  // during this step: its results are dropped
   for (size_t i = 0; i < last_scheduled_.size(); ++i) {
     Request& r = *last_scheduled_[i];
-    if (r.state != State::kRunning) continue;  // preempted or aborted meanwhile
+    if (r.state != State::kRunning) continue;  // preempted meanwhile
+    if (r.aborted) {
+      aborted.push_back(&r);
+      continue;
+    }
     r.num_computed += last_counts_[i];
     r.progress_mark = std::max<uint64_t>(r.progress_mark, r.num_computed);
     cache_computed_blocks(r);
@@ -304,6 +312,7 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
   }
   for (Request* r : done) finish(*r);
   last_scheduled_.clear();
+  for (Request* r : aborted) finish(*r);
   if (!connector_) return updates;
 
   const StepOutcome outcome = connector_->update_from_worker_output(outputs);

@@ -98,6 +98,9 @@ class EngineScheduler {
   // Queues a request. One that can never run is rejected at once (an update with `rejected`):
   // its prompt + max_tokens exceed model.max_context or max_request_tokens(shape) (H8).
   std::optional<RequestUpdate> add(std::string id, std::vector<TokenId> prompt, size_t max_tokens);
+  // Ends a request without an update (its client went away). One whose load is in flight, or
+  // that is in the step being computed (between plan_step and finish_step), ends in finish_step:
+  // its blocks are in use until then, and that step's results for it are dropped.
   void abort(const std::string& id);
 
   // Whether a step would do anything (requests to run, or transfers to collect).

@@ -1,0 +1,138 @@
+#include "serve_instance.h"
+
+#include <httplib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <stdexcept>
+#include <thread>
+
+namespace kvtier::bench {
+namespace {
+
+using BenchClock = std::chrono::steady_clock;
+
+double ms_since(BenchClock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(BenchClock::now() - t0).count();
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+ServeInstance::ServeInstance(const std::string& exe, const std::vector<std::string>& sets,
+                             std::chrono::milliseconds ready_timeout) {
+  dir_ = std::filesystem::temp_directory_path() /
+         ("kvtier-bench-serve-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+  std::filesystem::create_directories(dir_);
+  std::vector<std::string> argv = {exe, "serve"};
+  for (const std::string& s : sets) argv.insert(argv.end(), {"--set", s});
+  process_ = ChildProcess::spawn(argv, {.output_file = dir_ / "out.log"});
+  const auto deadline = BenchClock::now() + ready_timeout;
+  const std::regex line(R"(serving .* on http://([0-9.]+):([0-9]+))");
+  while (BenchClock::now() < deadline) {
+    const std::string text = read_file(dir_ / "out.log");
+    std::smatch m;
+    if (std::regex_search(text, m, line)) {
+      host_ = m[1];
+      port_ = std::stoi(m[2]);
+      break;
+    }
+    if (process_.poll_exit()) throw std::runtime_error("kvtier serve exited: " + text);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // waiting for a process start
+  }
+  if (port_ == 0) throw std::runtime_error("kvtier serve did not print its port: " + log_tail());
+  while (health() != 200) {
+    if (BenchClock::now() >= deadline || process_.poll_exit())
+      throw std::runtime_error("kvtier serve never answered /health 200: " + log_tail());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+ServeInstance::~ServeInstance() {
+  process_.stop(std::chrono::seconds(10));  // SIGTERM: graceful, its run dir is removed
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+bool ServeInstance::running() {
+  return !process_.poll_exit().has_value() && process_.running();
+}
+
+std::string ServeInstance::log_tail(size_t bytes) const {
+  const std::string text = read_file(dir_ / "out.log");
+  return text.size() > bytes ? text.substr(text.size() - bytes) : text;
+}
+
+HttpAnswer ServeInstance::get(const std::string& path, std::chrono::milliseconds timeout) const {
+  httplib::Client c(host_, port_);
+  c.set_connection_timeout(timeout);
+  c.set_read_timeout(timeout);
+  auto r = c.Get(path);
+  if (!r) return {};
+  return {r->status, r->body};
+}
+
+StreamResult ServeInstance::stream(const std::string& prompt, size_t max_tokens,
+                                   std::chrono::milliseconds timeout,
+                                   std::optional<size_t> hang_up_after) const {
+  httplib::Client c(host_, port_);
+  c.set_connection_timeout(std::chrono::seconds(2));
+  c.set_read_timeout(timeout);
+  c.set_write_timeout(std::chrono::seconds(5));
+  const nlohmann::json body = {
+      {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", true}};
+  StreamResult result;
+  std::string pending;
+  size_t events = 0;
+  const auto t0 = BenchClock::now();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+    if (BenchClock::now() - t0 > timeout) return false;  // a stream that never ends: give up
+    pending.append(data, size);
+    for (size_t end = pending.find("\n\n"); end != std::string::npos; end = pending.find("\n\n")) {
+      const std::string event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (event.starts_with("event: error")) result.error_event = true;
+      if (event == "data: [DONE]") result.done = !result.error_event;
+      if (!event.starts_with("data: ") || event == "data: [DONE]") continue;
+      const auto j = nlohmann::json::parse(event.substr(6), nullptr, false);
+      if (!j.is_object() || !j.contains("choices")) continue;
+      const std::string piece = j["choices"][0].value("text", "");
+      if (!piece.empty() && !result.ttft_ms) result.ttft_ms = ms_since(t0);
+      result.text += piece;
+      if (hang_up_after && ++events >= *hang_up_after) {
+        result.hung_up = true;
+        return false;  // closes the connection mid-stream
+      }
+    }
+    return true;
+  };
+  auto r = c.send(req);
+  result.status = r ? r->status : 0;
+  if (result.hung_up) result.done = false;
+  result.wall_ms = ms_since(t0);
+  return result;
+}
+
+std::pair<double, std::string> ServeInstance::complete(const std::string& prompt,
+                                                       size_t max_tokens) const {
+  const StreamResult r = stream(prompt, max_tokens, std::chrono::seconds(600));
+  if (r.status != 200 || !r.ttft_ms || !r.done) {
+    throw std::runtime_error("completion failed: status " + std::to_string(r.status) +
+                             (r.error_event ? " and an error event" : ""));
+  }
+  return {*r.ttft_ms, r.text};
+}
+
+}  // namespace kvtier::bench

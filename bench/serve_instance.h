@@ -1,0 +1,78 @@
+// ServeInstance: one `kvtier serve` process tree started by a benchmark, its output in a file of
+// its own temporary folder, driven over HTTP: /health, /metrics, and completions (whole or
+// streamed, optionally hung up on mid-stream). Every call has a deadline. Used by `kvtier bench
+// workload` and `kvtier bench chaos`.
+// Thread-safety: the HTTP calls may be made from several threads at once; start / stop / the
+// destructor from one.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvtier/core/child_process.h"
+
+namespace kvtier::bench {
+
+struct HttpAnswer {
+  int status = 0;  // 0: no answer (refused, timed out)
+  std::string body;
+};
+
+// How a streamed completion ended.
+struct StreamResult {
+  int status = 0;                 // HTTP status; 0: no answer
+  bool done = false;              // `data: [DONE]` arrived and no `error` event
+  bool error_event = false;       // the server ended the stream with an SSE `error` event
+  bool hung_up = false;           // this client disconnected on purpose (hang_up_after)
+  std::string text;               // the generated text received
+  std::optional<double> ttft_ms;  // time to the first generated text
+  double wall_ms = 0;             // from the request to its end
+};
+
+class ServeInstance {
+ public:
+  // Starts `exe serve --set s...` and waits (up to `ready_timeout`) for its port line and for
+  // /health to answer 200. Throws std::runtime_error naming the log when it does not.
+  ServeInstance(const std::string& exe, const std::vector<std::string>& sets,
+                std::chrono::milliseconds ready_timeout = std::chrono::seconds(120));
+  // SIGTERM with a grace period (its run dir is removed), then SIGKILL; removes the folder.
+  ~ServeInstance();
+  ServeInstance(const ServeInstance&) = delete;
+  ServeInstance& operator=(const ServeInstance&) = delete;
+
+  HttpAnswer get(const std::string& path,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(1)) const;
+  int health() const { return get("/health").status; }
+
+  // A streamed /v1/completions request (greedy). With `hang_up_after` = n, the client closes
+  // the connection after its n-th data event. `timeout`: the client's read timeout, and the
+  // longest it waits for the whole stream (then it hangs up; wall_ms tells).
+  StreamResult stream(const std::string& prompt, size_t max_tokens,
+                      std::chrono::milliseconds timeout,
+                      std::optional<size_t> hang_up_after = std::nullopt) const;
+  // A streamed completion that must succeed: (TTFT ms, text); throws std::runtime_error.
+  std::pair<double, std::string> complete(const std::string& prompt, size_t max_tokens) const;
+
+  // The frontend's pid (`kvtier serve` execs into it); its children are the engine cores, and
+  // theirs the workers.
+  pid_t pid() const { return process_.pid(); }
+  // Whether the frontend still runs (polls).
+  bool running();
+  // The last `bytes` of the instance's output, for error messages.
+  std::string log_tail(size_t bytes = 2000) const;
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path dir_;
+  ChildProcess process_;
+  std::string host_;
+  int port_ = 0;
+};
+
+}  // namespace kvtier::bench
