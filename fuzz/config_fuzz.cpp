@@ -3,6 +3,7 @@
 // load or give an error with a message (never crash, hang, leak or trip a sanitizer), and a
 // loaded configuration must be valid, survive to_yaml() and parse back equal, and read back each
 // overridden field through config_value() as the value that sets it again unchanged.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -18,8 +19,13 @@ void check_error(const kvtier::Error& error) {
   if (error.code != kvtier::ErrorCode::kInvalidArgument || error.message.empty()) std::abort();
 }
 
-// A loaded configuration is valid and reads back equal through its YAML form.
+// A loaded configuration is valid and reads back equal through its YAML form. The YAML round
+// trip is most of an execution's time, so a configuration seen lately is not checked again.
 void check_loaded(const kvtier::Config& config) {
+  static std::vector<kvtier::Config> checked;
+  if (std::ranges::find(checked, config) != checked.end()) return;
+  if (checked.size() == 256) checked.clear();
+  checked.push_back(config);
   if (!config.validate()) std::abort();
   auto again = kvtier::parse_config_yaml(kvtier::to_yaml(config));
   if (!again || *again != config) std::abort();
@@ -41,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   kvtier::Config config;
   if (auto loaded = kvtier::parse_config_yaml(yaml); loaded) {
-    if (*loaded != config) check_loaded(*loaded);  // the defaults' round trip is a unit test
+    check_loaded(*loaded);
     config = *loaded;
   } else {
     check_error(loaded.error());
