@@ -3,7 +3,8 @@
 // must parse or give an OpenAI error (never crash, hang, leak or trip a sanitizer). A parsed
 // request must keep what the body said (the prompt, or the chat template of its messages;
 // max_tokens and stream when given), fit the limits, and parse again from its own JSON form into
-// the same request. An error's body must serialize.
+// the same request. An error's body must serialize, and an error about an integer max_tokens
+// quotes the number sent.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -43,6 +44,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto request = kvtier::parse_completion_request(body, chat, limits);
   if (!request) {
     check_error(request.error());
+    // A rejected integer max_tokens is quoted as sent.
+    const nlohmann::json json = nlohmann::json::parse(body, nullptr, false);
+    if (request.error().param == "max_tokens" && json.is_object() && json.contains("max_tokens") &&
+        json["max_tokens"].is_number_integer() &&
+        request.error().message.find(json["max_tokens"].dump()) == std::string::npos) {
+      std::abort();
+    }
     return 0;
   }
   if (request->chat != chat || request->prompt.empty() || request->max_tokens == 0 ||
