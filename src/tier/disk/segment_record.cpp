@@ -81,7 +81,9 @@ RecordCheck verify_segment_record(std::span<const std::byte> block, const ChunkK
 
 ScanResult scan_segment(int fd, uint64_t bytes) {
   ScanResult result;
-  AlignedBuffer window(kScanWindow);
+  // A file smaller than the read-ahead window is read into a buffer its size.
+  const uint64_t window_bytes = std::min(kScanWindow, std::max<uint64_t>(bytes, kIoAlign));
+  AlignedBuffer window(window_bytes);
   uint64_t window_at = 0;
   uint64_t window_len = 0;
   bool resync = false;
@@ -89,7 +91,7 @@ ScanResult scan_segment(int fd, uint64_t bytes) {
   while (pos + kIoAlign <= bytes) {
     if (pos < window_at || pos + kIoAlign > window_at + window_len) {
       // After a valid record the next header is one block; while resynchronizing read ahead.
-      const uint64_t want = std::min<uint64_t>(resync ? kScanWindow : kIoAlign, bytes - pos);
+      const uint64_t want = std::min<uint64_t>(resync ? window_bytes : kIoAlign, bytes - pos);
       if (!pread_all(fd, window.data(), want, pos)) break;
       window_at = pos;
       window_len = want;
