@@ -18,8 +18,8 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(KVTIER_PACKAGE_LAYERS kvtier_core kvtier_device kvtier_transfer kvtier_tier kvtier_cache
-    kvtier_server_protocol kvtier_server kvtier_connector)
+set(KVTIER_PACKAGE_LAYERS kvtier_core kvtier_device kvtier_transfer kvtier_tier_records kvtier_tier
+    kvtier_cache kvtier_server_protocol kvtier_server kvtier_connector)
 # 0.x: every minor release may change the ABI, so the SONAME carries major.minor.
 set(KVTIER_SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
 

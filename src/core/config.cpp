@@ -1,6 +1,7 @@
 #include "kvtier/core/config.h"
 
 #include <unistd.h>  // environ
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <sstream>
 
 #include "config_fields.h"
 
@@ -64,19 +66,50 @@ std::string_view kind(const YAML::Node& node) {
   return "a scalar";
 }
 
+// Where each document of a YAML stream starts; the parser's events are otherwise ignored.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 Status apply_yaml(std::string_view text, const std::string& origin, Config& config) {
-  std::vector<YAML::Node> documents;
+  // Counts the documents first, with a parser that must move on at each one: yaml-cpp 0.7's
+  // LoadAll() never ends (and allocates until memory runs out) on a document it cannot read past,
+  // such as one that starts with ',' (yaml-cpp issue 1040; found by fuzz/config_fuzz.cpp).
+  DocumentStarts documents;
+  YAML::Node root;
   try {
-    documents = YAML::LoadAll(std::string(text));
+    std::istringstream stream{std::string(text)};
+    YAML::Parser parser(stream);
+    while (parser.HandleNextDocument(documents)) {
+      const size_t n = documents.marks.size();
+      if (n >= 2 && documents.marks[n - 1].pos == documents.marks[n - 2].pos) {
+        return invalid("invalid YAML: unexpected content (" + at(origin, documents.marks[n - 1]) +
+                       ")");
+      }
+    }
+    if (documents.marks.size() == 1) root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     return invalid("invalid YAML: " + e.msg + " (" + at(origin, e.mark) + ")");
   }
-  if (documents.size() > 1) {
-    return invalid("expected one YAML document, got " + std::to_string(documents.size()) + " (" +
-                   at(origin, documents[1].Mark()) + ")");
+  if (documents.marks.size() > 1) {
+    return invalid("expected one YAML document, got " + std::to_string(documents.marks.size()) +
+                   " (" + at(origin, documents.marks[1]) + ")");
   }
-  if (documents.empty() || documents[0].IsNull()) return {};  // nothing to override
-  const YAML::Node& root = documents[0];
+  if (root.IsNull()) return {};  // nothing to override
   if (!root.IsMap()) {
     return invalid("expected a mapping of sections, got " + std::string(kind(root)) + " (" +
                    at(origin, root.Mark()) + ")");

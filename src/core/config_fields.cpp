@@ -249,7 +249,12 @@ const std::vector<Field>& config_fields() {
 
 const Field* find_field(std::string_view key) {
   for (const Field& field : config_fields()) {
-    if (field.key() == key) return &field;
+    // field.key() == key, without building the key.
+    if (key.size() == field.section.size() + 1 + field.name.size() &&
+        key.starts_with(field.section) && key[field.section.size()] == '.' &&
+        key.ends_with(field.name)) {
+      return &field;
+    }
   }
   return nullptr;
 }

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -518,6 +521,24 @@ TEST(Config, FieldOrSectionGivenTwiceIsAnError) {
 TEST(Config, SecondYamlDocumentIsAnError) {
   ExpectMentions(ErrorOf(parse_config_yaml("transfer: {}\n---\ncache:\n  host_bytes: 1\n")),
                  {"expected one YAML document, got 2"});
+}
+
+// Parses `text` with at most 1 GiB of memory and 10 s, prints the error and exits 0 if it is one.
+[[noreturn]] void ParseBoundedAndExit(const char* text) {
+  const rlimit memory{uint64_t{1} << 30, uint64_t{1} << 30};
+  setrlimit(RLIMIT_AS, &memory);
+  alarm(10);
+  Result<Config> parsed = parse_config_yaml(text);
+  std::fprintf(stderr, "%s\n", parsed ? "loaded" : parsed.error().message.c_str());
+  std::exit(parsed ? 1 : 0);
+}
+
+TEST(Config, YamlTheParserCannotReadPastIsAnErrorNotAHang) {
+  // yaml-cpp 0.7's LoadAll() loops forever on these, allocating until memory runs out. Each parse
+  // runs in a child with bounded memory and time, so that a regression fails and stops.
+  for (const char* text : {",", ",a", "\n,\n", "transfer: {}\n---\n,"}) {
+    EXPECT_EXIT(ParseBoundedAndExit(text), testing::ExitedWithCode(0), "invalid YAML") << text;
+  }
 }
 
 TEST(Config, MalformedOverrideIsAnError) {

@@ -58,6 +58,16 @@ TEST(FrontendRequest, BadInputNamesTheField) {
   EXPECT_EQ(rejected({{"prompt", "a"}, {"model", 1}}).param, "model");
 }
 
+TEST(FrontendRequest, MaxTokensOutOfRangeIsQuotedAsSent) {
+  // Past INT64_MAX a JSON integer is unsigned: the answer names it, not its wrapped int64 value.
+  const RequestError huge =
+      rejected({{"prompt", "a"}, {"max_tokens", uint64_t{18446744073709551615u}}});
+  EXPECT_EQ(huge.param, "max_tokens");
+  EXPECT_NE(huge.message.find("got 18446744073709551615"), std::string::npos) << huge.message;
+  EXPECT_NE(rejected({{"prompt", "a"}, {"max_tokens", -3}}).message.find("got -3"),
+            std::string::npos);
+}
+
 TEST(FrontendRequest, PromptLongerThanTheContextIsRejected) {
   const RequestError too_long = rejected({{"prompt", std::string(64, 'x')}});
   EXPECT_EQ(too_long.param, "prompt");

@@ -90,11 +90,13 @@ std::expected<CompletionRequest, RequestError> parse_completion_request(
     if (!max_tokens.is_number_integer()) {
       return invalid("max_tokens", "'max_tokens' must be an integer");
     }
-    const int64_t value = max_tokens.get<int64_t>();
+    // An integer past INT64_MAX is unsigned in JSON: too large, whatever int64 it would wrap to.
+    const bool huge = max_tokens.is_number_unsigned() && max_tokens.get<uint64_t>() > INT64_MAX;
+    const int64_t value = huge ? INT64_MAX : max_tokens.get<int64_t>();
     if (value < 1 || value > limits.max_context) {
       return invalid("max_tokens", "'max_tokens' must be in [1, " +
                                        std::to_string(limits.max_context) + "], got " +
-                                       std::to_string(value));
+                                       max_tokens.dump());
     }
     parsed.max_tokens = static_cast<uint32_t>(value);
   }

@@ -6,11 +6,24 @@ namespace kvtier {
 namespace {
 
 zmq::message_t encode(const nlohmann::json& body) {
-  const std::vector<uint8_t> bytes = nlohmann::json::to_msgpack(body);
+  const std::vector<uint8_t> bytes = encode_message(body);
   return zmq::message_t(bytes.data(), bytes.size());
 }
 
 }  // namespace
+
+std::vector<uint8_t> encode_message(const nlohmann::json& body) {
+  return nlohmann::json::to_msgpack(body);
+}
+
+Result<nlohmann::json> decode_message(std::span<const uint8_t> frame) {
+  nlohmann::json body = nlohmann::json::from_msgpack(frame.begin(), frame.end(), true, false);
+  if (body.is_discarded() || !body.is_object() || !body.contains("t") || !body["t"].is_string()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "not a message (" + std::to_string(frame.size()) + " bytes)");
+  }
+  return body;
+}
 
 void send_message(zmq::socket_t& socket, const nlohmann::json& body) {
   (void)socket.send(encode(body), zmq::send_flags::dontwait);
@@ -41,15 +54,13 @@ std::optional<Result<Envelope>> try_receive(zmq::socket_t& socket, bool router) 
     (void)socket.recv(rest, zmq::recv_flags::none);
     extra = rest.more();
   }
-  auto body = nlohmann::json::from_msgpack(static_cast<const uint8_t*>(frame.data()),
-                                           static_cast<const uint8_t*>(frame.data()) + frame.size(),
-                                           true, false);
-  if (body.is_discarded() || !body.is_object() || !body.contains("t") || !body["t"].is_string()) {
-    return make_error(ErrorCode::kInvalidArgument, "malformed message from '" + envelope.peer +
-                                                       "' (" + std::to_string(frame.size()) +
-                                                       " bytes)");
+  Result<nlohmann::json> body =
+      decode_message(std::span(static_cast<const uint8_t*>(frame.data()), frame.size()));
+  if (!body) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "malformed message from '" + envelope.peer + "': " + body.error().message);
   }
-  envelope.body = std::move(body);
+  envelope.body = std::move(*body);
   return envelope;
 }
 

@@ -26,6 +26,9 @@ using tier_internal::IoRequest;
 using tier_internal::IoSlot;
 using tier_internal::kIoAlign;
 using tier_internal::round_up_io;
+using tier_internal::scan_segment;
+using tier_internal::Scanned;
+using tier_internal::ScanResult;
 using tier_internal::segment_record_bytes;
 
 namespace {
@@ -33,7 +36,6 @@ namespace {
 constexpr std::string_view kSegmentPrefix = "seg-";
 constexpr std::string_view kSegmentSuffix = ".kvs";
 constexpr uint64_t kInflightBudget = uint64_t{16} << 20;  // bytes in flight per call, at most
-constexpr uint64_t kScanWindow = uint64_t{1} << 20;       // read ahead while resynchronizing
 constexpr uint64_t kCompactGroupBytes = uint64_t{32} << 20;
 
 std::string segment_name(uint64_t id) {
@@ -60,64 +62,6 @@ TimePoint deadline_after(Duration timeout) {
 
 std::string errno_text(int err) {
   return std::strerror(err);
-}
-
-bool pread_all(int fd, std::byte* data, size_t bytes, uint64_t offset) {
-  while (bytes > 0) {
-    const ssize_t n = ::pread(fd, data, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    bytes -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return true;
-}
-
-struct Scanned {
-  tier_internal::SegmentRecordHeader header;
-  uint64_t offset = 0;
-};
-
-struct ScanResult {
-  std::vector<Scanned> records;
-  uint64_t end = 0;  // just past the last record found
-};
-
-// Finds the records of one segment file of `bytes` bytes: reads the header block at each
-// record start and jumps over the payload; where no valid header is, moves on one block at a
-// time (reading a larger window ahead), so a torn or corrupt record costs only itself. Stops
-// at the end of the file or at a read error.
-ScanResult scan_segment(int fd, uint64_t bytes) {
-  ScanResult result;
-  AlignedBuffer window(kScanWindow);
-  uint64_t window_at = 0;
-  uint64_t window_len = 0;
-  bool resync = false;
-  uint64_t pos = 0;
-  while (pos + kIoAlign <= bytes) {
-    if (pos < window_at || pos + kIoAlign > window_at + window_len) {
-      // After a valid record the next header is one block; while resynchronizing read ahead.
-      const uint64_t want = std::min<uint64_t>(resync ? kScanWindow : kIoAlign, bytes - pos);
-      if (!pread_all(fd, window.data(), want, pos)) break;
-      window_at = pos;
-      window_len = want;
-    }
-    const std::span<const std::byte> block(window.data() + (pos - window_at), kIoAlign);
-    const std::optional<tier_internal::SegmentRecordHeader> header =
-        tier_internal::parse_segment_header(block);
-    const uint64_t record_bytes = header ? segment_record_bytes(header->payload_bytes) : 0;
-    if (header && header->payload_bytes <= bytes && pos + record_bytes <= bytes) {
-      result.records.push_back({*header, pos});
-      pos += record_bytes;
-      result.end = pos;
-      resync = false;
-    } else {
-      pos += kIoAlign;
-      resync = true;
-    }
-  }
-  return result;
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "segment_record.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "../checksum/xxh3_kernels.h"
@@ -7,6 +11,7 @@
 namespace kvtier::tier_internal {
 namespace {
 
+constexpr uint64_t kScanWindow = uint64_t{1} << 20;  // read ahead while resynchronizing
 constexpr char kMagic[4] = {'K', 'V', 'S', '1'};
 constexpr size_t kChunkHeaderAt = 16;
 constexpr size_t kChecksumAt = kChunkHeaderAt + kChunkRecordHeaderBytes;  // 56
@@ -20,6 +25,18 @@ uint64_t load_u64(const std::byte* at) {
 
 uint64_t header_checksum(const std::byte* block) {
   return xxh3_64_seeded(block, kChecksumAt, 0);
+}
+
+bool pread_all(int fd, std::byte* data, size_t bytes, uint64_t offset) {
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, data, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    bytes -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
 }
 
 }  // namespace
@@ -60,6 +77,39 @@ RecordCheck verify_segment_record(std::span<const std::byte> block, const ChunkK
   if (!parse_segment_header(block)) return RecordCheck::kCorrupt;
   return verify_chunk_record(block.subspan(kChunkHeaderAt, kChunkRecordHeaderBytes), expected_key,
                              payload);
+}
+
+ScanResult scan_segment(int fd, uint64_t bytes) {
+  ScanResult result;
+  // A file smaller than the read-ahead window is read into a buffer its size.
+  const uint64_t window_bytes = std::min(kScanWindow, std::max<uint64_t>(bytes, kIoAlign));
+  AlignedBuffer window(window_bytes);
+  uint64_t window_at = 0;
+  uint64_t window_len = 0;
+  bool resync = false;
+  uint64_t pos = 0;
+  while (pos + kIoAlign <= bytes) {
+    if (pos < window_at || pos + kIoAlign > window_at + window_len) {
+      // After a valid record the next header is one block; while resynchronizing read ahead.
+      const uint64_t want = std::min<uint64_t>(resync ? window_bytes : kIoAlign, bytes - pos);
+      if (!pread_all(fd, window.data(), want, pos)) break;
+      window_at = pos;
+      window_len = want;
+    }
+    const std::span<const std::byte> block(window.data() + (pos - window_at), kIoAlign);
+    const std::optional<SegmentRecordHeader> header = parse_segment_header(block);
+    const uint64_t record_bytes = header ? segment_record_bytes(header->payload_bytes) : 0;
+    if (header && header->payload_bytes <= bytes && pos + record_bytes <= bytes) {
+      result.records.push_back({*header, pos});
+      pos += record_bytes;
+      result.end = pos;
+      resync = false;
+    } else {
+      pos += kIoAlign;
+      resync = true;
+    }
+  }
+  return result;
 }
 
 }  // namespace kvtier::tier_internal

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "aligned_buffer.h"
 #include "kvtier/core/chunk_key.h"
@@ -56,5 +57,22 @@ std::optional<SegmentRecordHeader> parse_segment_header(std::span<const std::byt
 // then the chunk record (key, size, payload checksum).
 RecordCheck verify_segment_record(std::span<const std::byte> block, const ChunkKey& expected_key,
                                   std::span<const std::byte> payload);
+
+struct Scanned {
+  SegmentRecordHeader header;
+  uint64_t offset = 0;
+};
+
+struct ScanResult {
+  std::vector<Scanned> records;  // in file order, each whole inside the file, none overlapping
+  uint64_t end = 0;              // just past the last record found
+};
+
+// Finds the records of one segment file of `bytes` bytes (read from `fd`): reads the header
+// block at each record start and jumps over the payload; where no valid header is, moves on one
+// block at a time (reading a larger window ahead), so a torn or corrupt record costs only
+// itself. Stops at the end of the file or at a read error. Payloads are not read: a record
+// found here is verified (verify_segment_record) when it is read.
+ScanResult scan_segment(int fd, uint64_t bytes);
 
 }  // namespace kvtier::tier_internal

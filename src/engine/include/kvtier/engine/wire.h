@@ -3,9 +3,12 @@
 // routing id travels as the frame before it.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 #include <zmq.hpp>
 
 #include "kvtier/core/status.h"
@@ -16,6 +19,12 @@ struct Envelope {
   std::string peer;  // routing id of the sender (ROUTER sockets only)
   nlohmann::json body;
 };
+
+// One message body as the bytes of its frame.
+std::vector<uint8_t> encode_message(const nlohmann::json& body);
+// The body a frame holds: a MessagePack map with a string "t". Anything else is
+// kInvalidArgument; no input throws, crashes or is partly accepted.
+Result<nlohmann::json> decode_message(std::span<const uint8_t> frame);
 
 // DEALER side: sends `body`. Never blocks for long: a peer that is gone drops the message.
 void send_message(zmq::socket_t& socket, const nlohmann::json& body);
