@@ -45,3 +45,21 @@ def test_two_ranks_in_two_processes_agree_on_every_verdict_and_match_kvtier_off(
     finally:
         one.close()
     assert all(isinstance(l, torch.Tensor) for _, ls in got.values() for l in ls)
+
+
+def test_F9_a_load_failed_on_one_rank_is_failed_for_both_and_recomputed(tmp_path):
+    """Each rank draws its own faults (the seed differs per rank): where one rank's load failed
+    and the other's completed, the job is failed (F9: a failure is sticky across ranks), its
+    tokens are recomputed on both ranks (F4), and the outputs stay bit-identical."""
+    want, _ = run_tp(tmp_path, "off", None)
+    got, engine = run_tp(tmp_path, "faulty", config("faults.direction=load",
+                                                    "faults.submit_failure_rate=0.5",
+                                                    "faults.seed=5"))
+    assert_bit_identical(got, want)
+    rank0, rank1 = engine.worker.verdicts
+    assert rank0.keys() == rank1.keys()
+    split = [job for job in rank0 if {rank0[job], rank1[job]} == {"completed", "failed"}]
+    assert split, f"no job failed on one rank only: {rank0} {rank1}"
+    c = engine.connector.counters()
+    failed = [job for job in rank0 if "failed" in (rank0[job], rank1[job])]
+    assert c["loads_failed"] == len(failed) and c["loads_completed"] == 3 - len(failed)

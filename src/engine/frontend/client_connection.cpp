@@ -1,52 +1,89 @@
 #include "client_connection.h"
 
-#include <netdb.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 namespace kvtier {
 namespace {
 
-// The numeric host and the port of a socket address, as cpp-httplib prints them.
-std::optional<std::pair<std::string, int>> host_and_port(const sockaddr_storage& addr,
-                                                         socklen_t len) {
-  char host[NI_MAXHOST];
-  char port[NI_MAXSERV];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, host, sizeof host, port,
-                  sizeof port, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+uint32_t parse_hex32(std::string_view hex) {
+  uint32_t v = 0;
+  std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
+  return v;
+}
+
+// One "ADDRESS:PORT" field of /proc/net/tcp or tcp6: the address as the kernel prints it (each
+// 32-bit word of the network-order address in hex, as a host-order integer), the port in hex.
+// Returns the numeric host, as cpp-httplib prints a peer's, and the port.
+std::optional<std::pair<std::string, int>> parse_endpoint(std::string_view field) {
+  const size_t colon = field.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  const std::string_view address = field.substr(0, colon);
+  const int port = static_cast<int>(parse_hex32(field.substr(colon + 1)));
+  char host[INET6_ADDRSTRLEN];
+  if (address.size() == 8) {
+    in_addr a{};
+    a.s_addr = parse_hex32(address);
+    if (!inet_ntop(AF_INET, &a, host, sizeof host)) return std::nullopt;
+  } else if (address.size() == 32) {
+    in6_addr a{};
+    for (size_t w = 0; w < 4; ++w) {
+      const uint32_t word = parse_hex32(address.substr(w * 8, 8));
+      std::memcpy(reinterpret_cast<char*>(&a) + w * 4, &word, 4);
+    }
+    if (!inet_ntop(AF_INET6, &a, host, sizeof host)) return std::nullopt;
+  } else {
     return std::nullopt;
   }
-  return std::pair<std::string, int>(host, std::atoi(port));
+  return std::pair<std::string, int>(host, port);
+}
+
+// The inode of the TCP socket with this 4-tuple (local address: any), from /proc/net/tcp{,6}.
+std::optional<std::string> socket_inode(const std::string& remote_addr, int remote_port,
+                                        int local_port) {
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+            timeout >> inode)) {
+        continue;
+      }
+      const auto l = parse_endpoint(local);
+      const auto r = parse_endpoint(remote);
+      if (l && r && l->second == local_port && r->second == remote_port &&
+          r->first == remote_addr) {
+        return inode;
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
 
 std::optional<ClientConnection> ClientConnection::find(const std::string& remote_addr,
                                                        int remote_port, int local_port) {
+  const auto inode = socket_inode(remote_addr, remote_port, local_port);
+  if (!inode) return std::nullopt;
+  const std::string link = "socket:[" + *inode + "]";
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
+    std::error_code link_error;
+    if (std::filesystem::read_symlink(entry.path(), link_error).string() != link) continue;
     int fd = -1;
-    try {
-      fd = std::stoi(entry.path().filename().string());
-    } catch (const std::exception&) {
-      continue;
-    }
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage local{};
-    sockaddr_storage peer{};
-    socklen_t local_len = sizeof local;
-    socklen_t peer_len = sizeof peer;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
-      continue;
-    }
-    const auto l = host_and_port(local, local_len);
-    const auto p = host_and_port(peer, peer_len);
-    if (l && p && l->second == local_port && p->second == remote_port && p->first == remote_addr) {
+    const std::string name = entry.path().filename().string();
+    if (std::from_chars(name.data(), name.data() + name.size(), fd).ec == std::errc{}) {
       return ClientConnection(fd);
     }
   }

@@ -1,7 +1,9 @@
 // ClientConnection: the TCP connection an HTTP request came in on, so that a handler waiting for
 // the engine notices a client that hung up. cpp-httplib (0.11) does not hand handlers their
-// socket, so it is found among this process's sockets by the request's addresses (the
-// connection's 4-tuple is unique, and httplib keeps the socket open while the handler runs).
+// socket, so it is found by the request's addresses: the connection's 4-tuple (unique) names a
+// socket inode in /proc/net/tcp{,6}, and that inode the descriptor among /proc/self/fd's links.
+// No call is made on any other descriptor, which other server threads may be closing meanwhile;
+// httplib keeps the request's own socket open while its handler runs.
 #pragma once
 
 #include <optional>
