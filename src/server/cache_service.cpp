@@ -52,9 +52,9 @@ CacheService::CacheService(const ServerOptions& options, HostDevice& host, Devic
       transfer_options_(transfer_options(options.config.transfer)),
       cache_(pool.num_slots(), pool.slot_bytes(), policy_for(options.config, pool.num_slots())) {
   // STATS sends every counter from the start, not only once it moved (docs/protocol.md).
-  for (const char* name : {"stores_completed", "retrieves_completed", "transfers_failed",
-                           "transfers_unprovable", "sessions_dropped", "handler_errors",
-                           "error_replies", "swallowed"}) {
+  for (const char* name :
+       {"stores_completed", "retrieves_completed", "transfers_failed", "transfers_unprovable",
+        "sessions_dropped", "handler_errors", "error_replies", "swallowed"}) {
     counters_[name] = 0;
   }
   if (!tiers.empty()) {
