@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench_row.h"
+#include "filler_text.h"
 #include "kvtier/core/child_process.h"
 #include "serve_instance.h"
 
@@ -29,15 +30,6 @@ double ms_since(BenchClock::time_point t0) {
 }
 
 using Server = ServeInstance;
-
-std::string document(std::mt19937_64& rng, size_t n) {
-  static const std::string words[] = {"cache ", "block ",  "token ", "layer ", "prefix ",
-                                      "host ",  "device ", "chunk ", "store ", "load "};
-  std::string s;
-  while (s.size() < n) s += words[rng() % 10];
-  s.resize(n);
-  return s;
-}
 
 // Sends every prompt, `concurrency` at a time; returns each output, or nullopt where the request
 // failed (its error is counted in `errors`).
@@ -96,11 +88,11 @@ int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
     Server on(exe, sets(true));
     std::mt19937_64 rng(7);
     std::vector<std::string> history(o.users);
-    for (std::string& h : history) h = document(rng, o.history_tokens);
+    for (std::string& h : history) h = filler_text(rng, o.history_tokens);
     std::vector<double> ttft_on, ttft_off;
     for (uint32_t turn = 0; turn < o.turns; ++turn) {
       for (uint32_t u = 0; u < o.users; ++u) {
-        const std::string prompt = history[u] + "\nuser: " + document(rng, o.message_tokens);
+        const std::string prompt = history[u] + "\nuser: " + filler_text(rng, o.message_tokens);
         const auto [t_off, text_off] = off.complete(prompt, o.answer_tokens);
         const auto [t_on, text_on] = on.complete(prompt, o.answer_tokens);
         if (text_on != text_off)
@@ -137,7 +129,7 @@ int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
     const size_t pressure_blocks = (pressure_prompt + 64) * 3 / 2 / block;
     std::mt19937_64 rng(11);
     std::vector<std::string> documents;
-    for (int d = 0; d < 3; ++d) documents.push_back(document(rng, pressure_prompt));
+    for (int d = 0; d < 3; ++d) documents.push_back(filler_text(rng, pressure_prompt));
     std::vector<std::string> prompts;
     for (uint32_t i = 0; i < o.pressure_requests; ++i) {
       prompts.push_back(documents[i % 3] + "\nQ" + std::to_string(i) + ": what follows?");
