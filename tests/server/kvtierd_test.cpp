@@ -245,8 +245,8 @@ TEST_F(KvtierdTest, ServesOneHeartbeatIntervalAfterTheFarewell) {
 
 // An operator's SIGTERM or Ctrl-C (SIGINT) is a graceful shutdown, as SHUTDOWN is: transfers
 // are decided and the process exits 0 (not 1: an interrupted call is not an error). Whether
-// clients hear the farewell event is ShutdownDrainsAndClientsHearIt's to check: once, on a
-// loaded machine, a client here never received it (an open question, not what this test guards).
+// clients hear the farewell event is ShutdownDrainsAndClientsHearIt's to check (a client that
+// once missed it here: ServesOneHeartbeatIntervalAfterTheFarewell).
 TEST_F(KvtierdTest, StopSignalDrainsAndExitsZero) {
   for (int signo : {SIGTERM, SIGINT}) {
     SCOPED_TRACE(signo == SIGTERM ? "SIGTERM" : "SIGINT");
