@@ -314,6 +314,17 @@ Status Server::run() {
     (*loop)->reap(SteadyClock::instance().now());
   }
   (*loop)->farewell();
+  // A client DEALER with ZMQ_IMMEDIATE (docs/protocol.md recommends it) discards the messages
+  // it has not read yet once its connection closes, so closing the ROUTER right after the last
+  // replies and the farewell loses them for a client a moment slow to read. The sockets stay
+  // open one heartbeat interval more, served as before (the drained service refuses new work,
+  // PING is answered): a live client reads its socket at least that often.
+  const TimePoint linger_until = SteadyClock::instance().now() +
+                                 seconds_to_duration(options_.config.server.heartbeat_interval_s);
+  while (SteadyClock::instance().now() < linger_until) {
+    (*loop)->wait();
+    (*loop)->pump();
+  }
   return {};
 }
 
