@@ -212,6 +212,9 @@ const std::vector<Field>& config_fields() {
         faults.field("stall_scheduler", &FaultsConfig::stall_scheduler, boolean(),
                      "Test hook: the scheduler stops computing a request once it has produced a "
                      "token, as a scheduling bug would; the progress watchdog must see it. (H8)"),
+        faults.field("slow_forward_s", &FaultsConfig::slow_forward_s, seconds_or_zero(),
+                     "Test hook: every forward pass of the workers takes at least this long; a "
+                     "worker busy in a long step is not a silent one. (H6)"),
         server.field("endpoint", &ServerConfig::endpoint, text(),
                      "ZeroMQ endpoint kvtierd binds and clients connect to, e.g. "
                      "tcp://127.0.0.1:5557 or ipc:///tmp/kvtierd.sock."),

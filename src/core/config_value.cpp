@@ -195,6 +195,18 @@ ConfigValue<double> positive_seconds() {
   };
 }
 
+ConfigValue<double> seconds_or_zero() {
+  ConfigValue<double> value = positive_seconds();
+  value.values = "seconds, a finite number >= 0 (0: off)";
+  value.check = [](const double& seconds) -> Status {
+    if (!std::isfinite(seconds) || seconds < 0) {
+      return invalid("must be a finite number >= 0, got " + format_double(seconds));
+    }
+    return {};
+  };
+  return value;
+}
+
 ConfigValue<double> fraction() {
   return {
       .values = "a number in [0, 1]",

@@ -27,6 +27,8 @@ struct ConfigValue {
 // A finite number of seconds > 0 (F8: a nonfinite or nonpositive deadline never fires or
 // fires at once).
 ConfigValue<double> positive_seconds();
+// A finite number of seconds >= 0, where 0 turns the setting off.
+ConfigValue<double> seconds_or_zero();
 ConfigValue<uint32_t> integer_in(uint32_t lo, uint32_t hi);
 // A probability: a finite number in [0, 1].
 ConfigValue<double> fraction();

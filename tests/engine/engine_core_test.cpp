@@ -130,6 +130,21 @@ TEST(EngineCoreHealth, H6_StoppedWorkerIsReportedStalled) {
   send_signal(h.worker_pids()[0], SIGCONT);
 }
 
+// H6 is about a silent process, not a long step: a worker whose forward pass takes longer than
+// stall_timeout_s keeps heartbeating while it waits for it.
+TEST(EngineCoreHealth, H6_WorkerInAStepLongerThanTheStallTimeoutIsNotStalled) {
+  Config config = small_engine(2);
+  config.engine.stall_timeout_s = 0.3;
+  config.faults.slow_forward_s = 1.0;  // every step: more than three stall timeouts
+  CoreProcessHarness h(config);
+  ASSERT_TRUE(h.wait_ready());
+  const Completion c = h.complete(text(40, 8), 2, std::chrono::seconds(20));
+  EXPECT_TRUE(c.done);
+  EXPECT_TRUE(c.error.empty()) << c.error;
+  EXPECT_EQ(c.tokens.size(), 2u);
+  EXPECT_FALSE(h.failed().has_value()) << *h.failed();
+}
+
 TEST(EngineCoreHealth, H4_UnprovableTransferFailStopsTheEngine) {
   Config config = small_engine(2);
   config.faults.record_failure_rate = 1.0;  // every end marker fails: Unprovable (F7)

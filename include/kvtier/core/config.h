@@ -118,6 +118,8 @@ struct FaultsConfig {
   FaultDirection direction = FaultDirection::kBoth;
   // Test hook (H8): the scheduler stops computing a request once it has produced a token.
   bool stall_scheduler = false;
+  // Test hook (H6): every forward pass of the engine's workers takes at least this long.
+  double slow_forward_s = 0;
 
   bool operator==(const FaultsConfig&) const = default;
 };
