@@ -330,13 +330,14 @@ class Epoch {
       Clients clients(serve_, requests, max_tokens, rng_(), tally_);
       const auto end = start + std::chrono::duration_cast<BenchClock::duration>(
                                    std::chrono::duration<double>(kEpochSeconds));
-      // At most one fault meant to be fatal per epoch, at a drawn time.
-      std::optional<BenchClock::time_point> fatal_at;
+      // At most one fault meant to be fatal per epoch, at a drawn time (max(): none).
+      constexpr BenchClock::time_point kNoFatalFault = BenchClock::time_point::max();
+      BenchClock::time_point fatal_at = kNoFatalFault;
       if (rng_() % 100 < 70) fatal_at = start + milliseconds(300 + rng_() % 3500);
       while (BenchClock::now() < end && !poller.failed()) {
         resume_due();
-        if (fatal_at && BenchClock::now() >= *fatal_at) {
-          fatal_at.reset();
+        if (BenchClock::now() >= fatal_at) {
+          fatal_at = kNoFatalFault;
           resume_due(true);
           fatal_fault(poller);
           continue;
