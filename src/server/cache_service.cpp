@@ -25,15 +25,7 @@ Result<std::vector<MoverTier>> make_server_tiers(const Config& config) {
   // One namespace for every client: a ChunkKey is rooted in (model, layout, group, salt) by the
   // client that computed it (namespace_root), so keys of different models or layouts never
   // collide, and the tiers need no namespace of their own. (Redis keys: "kvtier:kvtierd:0…:".)
-  const KeyNamespace shared{.model = "kvtierd", .layout_fingerprint = 0};
-  auto made = make_tiers(config.tiers, shared);
-  if (!made) return std::unexpected(made.error());
-  std::vector<MoverTier> tiers;
-  for (auto& tier : *made) {
-    const Duration timeout = tier_timeout(config.tiers, tier->name());
-    tiers.push_back(MoverTier{.tier = std::move(tier), .timeout = timeout});
-  }
-  return tiers;
+  return make_mover_tiers(config.tiers, KeyNamespace{.model = "kvtierd", .layout_fingerprint = 0});
 }
 
 CacheService::CacheService(const ServerOptions& options, HostDevice& host, Device& device,
@@ -188,30 +180,6 @@ void CacheService::poll_tiers() {
   if (!mover_) return;
   mover_->on_cache_events(events);  // write-behind (on_store)
   if (const size_t n = mover_->poll(); n > 0) counters_["tier_prefetches_completed"] += n;
-  // Keys that became ready (a prefetch that succeeded, or a STORE) may be fetched again later.
-  for (const CacheEvent& e : events) {
-    if (e.kind != CacheEventKind::kStored) continue;
-    for (const ChunkKey& key : e.keys) prefetch_tried_.erase(key);
-  }
-}
-
-bool CacheService::prefetch_from_tiers(std::span<const ChunkKey> keys, size_t host_hits) {
-  // Synchronous: waits at most each UP tier's timeout (a tier that slow goes DOWN, H7).
-  // A key whose prefetch was tried and never became ready failed it (missing, corrupt, tier
-  // down): a tier that still says it holds it (Redis keeps a corrupt value) would otherwise
-  // make every LOOKUP "pending" forever. It is a miss until the host pool stores it.
-  if (prefetch_tried_.contains(keys[host_hits])) return false;
-  const size_t lower = mover_->lower_hits(keys, host_hits);
-  if (lower == 0) return false;
-  // prepare_store evicts ready keys not among those it stores: make the host hits the most
-  // recently used first, so the prefetch does not evict the prefix this reply counts.
-  cache_.touch(keys.first(host_hits));
-  const std::span<const ChunkKey> fetch = keys.subspan(host_hits, lower);
-  const size_t started = mover_->prefetch(fetch);
-  if (started == 0) return false;
-  if (prefetch_tried_.size() + fetch.size() > pool_.num_slots() * 4) prefetch_tried_.clear();
-  prefetch_tried_.insert(fetch.begin(), fetch.end());
-  return true;
 }
 
 void CacheService::add_tier_stats(std::map<std::string, uint64_t>& f) const {

@@ -30,7 +30,6 @@
 #include <string>
 #include <string_view>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "kvtier/cache/cache_manager.h"
@@ -131,9 +130,6 @@ class CacheService {
               Direction direction, std::vector<ChunkTransfer> chunks, PendingTransfer pending);
   void poll_transfers();
   void poll_tiers();
-  // LOOKUP read-through: starts prefetching the keys after the host prefix that lower tiers
-  // hold; returns whether any key is now pending.
-  bool prefetch_from_tiers(std::span<const ChunkKey> keys, size_t host_hits);
   void add_tier_stats(std::map<std::string, uint64_t>& fields) const;
   void finish(const std::string& client, Session& session, const TransferResult& result);
   void fail_session(const std::string& client, Session& session, const std::string& why);
@@ -157,9 +153,6 @@ class CacheService {
 
   CacheManager cache_;
   std::unique_ptr<TierMover> mover_;  // null without tiers; destroyed before cache_
-  // Keys a LOOKUP prefetched that have not become ready since (in flight, or failed); bounded
-  // (cleared past 4x the slots). A failed one is not fetched again until it is stored.
-  std::unordered_set<ChunkKey, ChunkKeyHash> prefetch_tried_;
   ReadLocks locks_;
   std::map<std::string, Session> sessions_;
   std::vector<std::unique_ptr<SharedKvMapping>> retained_memory_;  // F7

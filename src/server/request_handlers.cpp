@@ -161,7 +161,7 @@ void CacheService::handle_lookup(const std::string& client, const Request& r) {
   // Read-through, after the hits are locked (a prefetch's slots are never taken from them):
   // keys a lower tier holds become pending, never hits, until poll_tiers() publishes them.
   if (mover_ && !found.pending && found.hit_chunks < r.keys.size()) {
-    found.pending = prefetch_from_tiers(r.keys, found.hit_chunks);
+    found.pending = mover_->read_through(r.keys, found.hit_chunks);
   }
   ok(client, r.id,
      {{"hits", found.hit_chunks}, {"pending", found.pending ? 1u : 0u}, {"lock", lock_id}});

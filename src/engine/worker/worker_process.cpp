@@ -37,8 +37,11 @@ class Worker {
         socket_(context_, zmq::socket_type::dealer) {
     compute_ = fault_.create_stream();
     step_done_ = fault_.create_event();
-    // The connector's worker side for the configured cache, with the rank's KV caches.
-    connector_ = ConnectorFactory(config, connector_shape(shape_))
+    // The connector's worker side for the configured cache, with the rank's KV caches (and,
+    // with tiers, the rank's share of the host pool its engine core, the parent, created).
+    ConnectorShape cshape = connector_shape(shape_);
+    cshape.host_pool_name = host_pool_name(config, getppid());
+    connector_ = ConnectorFactory(config, std::move(cshape))
                      .worker(WorkerSetup{.rank = rank,
                                          .device_blocks = shape_.device_blocks,
                                          .device = &fault_,
