@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "engine/core_process_harness.h"
 #include "engine/engine_runs.h"
 #include "redis_process.h"
+#include "support/child_namespace.h"
 #include "support/temp_dir.h"
 
 namespace kvtier::testing {
@@ -231,6 +233,43 @@ TEST(EngineCoreLocalTiersHealth, H7_DeletedSegmentFilesAreNamedDegradedAndTheTie
   EXPECT_TRUE(wait_demoted(h, demoted + 18));
   const Completion d = h.complete(text(400, 4), 8);
   EXPECT_GE(d.cached_tokens, 384u) << "the recovered tier serves again";
+}
+
+TEST(EngineCoreLocalTiersHealth, H7_AFullDiskIsNamedDegradedAndTheTierRecovers) {
+  // A real full file system: a 4 MiB tmpfs in a child's own user and mount namespaces, where
+  // the engine core and its workers run too. The disk tier's segments are 2 MiB (a quarter of
+  // disk_bytes); a 3 MiB filler leaves no room for one.
+  const RunResult off = reference_run();
+  TempDir mount_point;
+  const int status = run_with_small_tmpfs(mount_point.path(), "4m", [&] {
+    const std::filesystem::path filler = mount_point.path() / "filler";
+    {
+      std::ofstream f(filler, std::ios::binary);
+      const std::vector<char> bytes(3 << 20, 'x');
+      f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      ASSERT_TRUE(f.flush());
+    }
+    Config config = tiered(1);
+    config.tiers.disk_path = (mount_point.path() / "disk").string();
+    config.tiers.disk_bytes = 8 << 20;
+    CoreProcessHarness h(config);
+    ASSERT_TRUE(h.wait_ready()) << h.failed().value_or("no hello");
+    RunResult run;
+    complete_all(h, first_round(), run);
+    EXPECT_EQ(run.outputs, std::vector(off.outputs.begin(), off.outputs.begin() + 3));
+    ASSERT_TRUE(h.wait_until([&] { return names_tier(h.degraded(), "disk"); }, seconds(5)))
+        << "the heartbeat names the full disk tier DOWN: " << h.counters().dump();
+    EXPECT_EQ(h.counters().value("kvtier_tier_disk_down", 0), 1);
+    EXPECT_FALSE(h.failed().has_value());
+    std::filesystem::remove(filler);
+    ASSERT_TRUE(h.wait_until([&] { return h.degraded().empty(); }, seconds(10)))
+        << "recovered by its probes once there is room";
+    const uint64_t demoted = counter(h.fresh_counters(), "kvtier_tier_chunks_demoted_total");
+    complete_all(h, {text(400, 4)}, run);
+    EXPECT_TRUE(wait_demoted(h, demoted + 6)) << "written again: " << h.counters().dump();
+  });
+  if (status == kNoUserNamespaces) GTEST_SKIP() << "no user namespaces here to mount a tmpfs in";
+  EXPECT_EQ(status, 0);
 }
 
 TEST(EngineCoreLocalTiersHealth, H7_KilledRedisIsNamedDegradedAndTheTierRecovers) {
