@@ -159,10 +159,10 @@ void RedisConnection::queue(std::span<const Queued> commands) {
     const RedisCommand& c = *q.command;
     if (q.asking) {
       append_resp_command(kAsking, out_bytes_);
-      expected_.push_back({.asking = true});
+      expected_.push_back({});
     }
     append_resp_command(c, out_bytes_);
-    expected_.push_back({.head = c.head, .body = c.body});
+    expected_.push_back({.command = &c});
     if (!c.tail.empty()) {
       pieces.push_back({.offset = run, .size = out_bytes_.size() - run});
       pieces.push_back({.tail = c.tail});
@@ -225,7 +225,9 @@ bool RedisConnection::send_some() {
 void RedisConnection::deliver(RedisReply reply) {
   const Expected& e = expected_[next_expected_++];
   --replies_pending_;
-  if (!e.asking) replies_.push_back(std::move(reply));
+  if (e.command == nullptr) return;  // ASKING's "+OK"
+  if (e.command->on_reply) e.command->on_reply(reply);
+  replies_.push_back(std::move(reply));
 }
 
 bool RedisConnection::parse_buffered() {
@@ -264,13 +266,15 @@ bool RedisConnection::parse_buffered() {
         continue;
       }
       const auto n = static_cast<size_t>(length);
-      const Expected& e = expected_[next_expected_];
+      const RedisCommand* c = expected_[next_expected_].command;
+      const std::span<std::byte> head = c ? c->head : std::span<std::byte>();
+      const std::span<std::byte> body = c ? c->body : std::span<std::byte>();
       streamed_ = RedisReply{.type = RedisReply::Type::kString};
       stream_next_ = stream_count_ = 0;
-      if ((!e.head.empty() || !e.body.empty()) && n == e.head.size() + e.body.size()) {
+      if ((!head.empty() || !body.empty()) && n == head.size() + body.size()) {
         streamed_.in_buffers = true;
-        if (!e.head.empty()) stream_[stream_count_++] = {e.head.data(), e.head.size()};
-        if (!e.body.empty()) stream_[stream_count_++] = {e.body.data(), e.body.size()};
+        if (!head.empty()) stream_[stream_count_++] = {head.data(), head.size()};
+        if (!body.empty()) stream_[stream_count_++] = {body.data(), body.size()};
       } else if (n > 0) {
         streamed_.text.resize(n);
         stream_[stream_count_++] = {streamed_.text.data(), n};

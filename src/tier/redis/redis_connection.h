@@ -80,8 +80,7 @@ class RedisConnection {
   bool fail(ErrorCode code, std::string what);
 
   struct Expected {
-    std::span<std::byte> head, body;  // where a bulk string of their size goes
-    bool asking = false;              // the reply of an ASKING: dropped
+    const RedisCommand* command = nullptr;  // null: the reply of an ASKING, dropped
   };
 
   int fd_;

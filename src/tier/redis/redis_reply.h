@@ -11,12 +11,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace kvtier::tier_internal {
+
+struct RedisReply {
+  enum class Type : uint8_t { kStatus, kError, kInteger, kString, kNil, kArray };
+  Type type = Type::kNil;
+  std::string text;                  // kStatus, kError, kString (unless in_buffers)
+  long long integer = 0;             // kInteger
+  bool in_buffers = false;           // kString read into the command's head and body; text empty
+  std::vector<RedisReply> elements;  // kArray
+
+  bool is_error() const { return type == Type::kError; }
+  // kStatus with this text ("OK", "PONG").
+  bool is_status(std::string_view status) const { return type == Type::kStatus && text == status; }
+};
 
 struct RedisCommand {
   std::string_view key;                // routes the command (redis_router.h)
@@ -25,19 +39,10 @@ struct RedisCommand {
   // A bulk-string reply of exactly head.size() + body.size() bytes is read into these.
   std::span<std::byte> head = {};
   std::span<std::byte> body = {};
-};
-
-struct RedisReply {
-  enum class Type : uint8_t { kStatus, kError, kInteger, kString, kNil, kArray };
-  Type type = Type::kNil;
-  std::string text;                  // kStatus, kError, kString (unless in_buffers)
-  long long integer = 0;             // kInteger
-  bool in_buffers = false;           // kString read into the command's head and body; text is empty
-  std::vector<RedisReply> elements;  // kArray
-
-  bool is_error() const { return type == Type::kError; }
-  // kStatus with this text ("OK", "PONG").
-  bool is_status(std::string_view status) const { return type == Type::kStatus && text == status; }
+  // Called with each reply as soon as it has arrived, on the calling thread, before the rest
+  // of the batch is read: a GET's record is verified while it is still in the CPU's cache.
+  // A redirected command is called again with its next reply.
+  std::function<void(const RedisReply&)> on_reply = {};
 };
 
 // Bytes of the RESP header of a command with these arguments, the tail counted in the last

@@ -115,10 +115,19 @@ Result<std::vector<ChunkStatus>> RedisTier::do_get(std::span<const ChunkKey> key
   names.reserve(keys.size());
   commands.reserve(keys.size());
   for (const ChunkKey& key : keys) names.push_back(redis_key(key));
+  std::vector<uint8_t> verified(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
-    // A record of the expected size is read straight into its header and dst[i].
-    commands.push_back(
-        {.key = names[i], .args = {"GET", names[i]}, .head = headers[i], .body = dst[i]});
+    // A record of the expected size is read straight into its header and dst[i], and verified
+    // as soon as it is there, while it is in the cache.
+    commands.push_back({.key = names[i],
+                        .args = {"GET", names[i]},
+                        .head = headers[i],
+                        .body = dst[i],
+                        .on_reply = [&, i](const RedisReply& r) {
+                          verified[i] =
+                              r.in_buffers &&
+                              verify_chunk_record(headers[i], keys[i], dst[i]) == RecordCheck::kOk;
+                        }});
   }
   Result<BatchReplies> batch = router_->execute(commands, deadline_after(timeout));
   if (!batch) return std::unexpected(batch.error());
@@ -135,9 +144,8 @@ Result<std::vector<ChunkStatus>> RedisTier::do_get(std::span<const ChunkKey> key
     } else if (!r.in_buffers) {
       statuses.push_back(ChunkStatus::kCorrupt);  // not a record of this size; never copied out
     } else {
-      // dst[i] holds the payload already; a record that fails the check leaves it unspecified.
-      const bool ok = verify_chunk_record(headers[i], keys[i], dst[i]) == RecordCheck::kOk;
-      statuses.push_back(ok ? ChunkStatus::kOk : ChunkStatus::kCorrupt);
+      // dst[i] holds the payload; one that failed the check is left there, unspecified.
+      statuses.push_back(verified[i] ? ChunkStatus::kOk : ChunkStatus::kCorrupt);
     }
   }
   return statuses;
