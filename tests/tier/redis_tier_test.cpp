@@ -70,6 +70,27 @@ TEST_F(RedisTierTest, RoundTripsAPipelinedBatch) {
   EXPECT_EQ(server_->command({"DBSIZE"}, kTimeout).value(), "64");
 }
 
+TEST_F(RedisTierTest, RoundTripsChunksOfAnySizeStraightIntoTheirBuffers) {
+  // Values read across many socket reads, and sizes that end anywhere in a read.
+  auto tier = open_tier(server_->url());
+  const std::vector<size_t> sizes = {0, 1, 4095, (1 << 20) + 3, 3 << 20, 17};
+  std::vector<ChunkKey> ks = keys(100, sizes.size());
+  std::vector<std::vector<std::byte>> chunks;
+  for (size_t i = 0; i < sizes.size(); ++i) chunks.push_back(chunk(100 + i, sizes[i]));
+  const std::vector<std::span<const std::byte>> in(chunks.begin(), chunks.end());
+  ASSERT_EQ(*tier->put(ks, in, kTimeout), all(ChunkStatus::kOk, sizes.size()));
+  std::vector<std::vector<std::byte>> back;
+  for (size_t size : sizes) back.emplace_back(size, std::byte{0x5a});
+  const std::vector<std::span<std::byte>> out(back.begin(), back.end());
+  ASSERT_EQ(*tier->get(ks, out, kTimeout), all(ChunkStatus::kOk, sizes.size()));
+  EXPECT_EQ(back, chunks);
+  // A destination of another size than the record's: kCorrupt, never a partial copy served.
+  std::vector<std::byte> wrong(4096);
+  const std::span<std::byte> wrong_span(wrong);
+  EXPECT_EQ(*tier->get(std::span(&ks[2], 1), std::span(&wrong_span, 1), kTimeout),
+            all(ChunkStatus::kCorrupt, 1));
+}
+
 TEST_F(RedisTierTest, MissAndContains) {
   auto tier = open_tier(server_->url());
   ASSERT_TRUE(put_range(*tier, 0, 2, kTimeout));

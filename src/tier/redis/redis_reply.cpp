@@ -131,8 +131,9 @@ ParseStatus parse_reply(std::string_view in, RedisReply& reply, size_t& used, in
         return ParseStatus::kDone;
       }
       RedisReply array{.type = Type::kArray};
-      array.elements.resize(static_cast<size_t>(count));
-      for (RedisReply& element : array.elements) {
+      // Elements as they parse: a count alone allocates nothing.
+      for (long long e = 0; e < count; ++e) {
+        RedisReply element;
         size_t element_used = 0;
         status = parse_reply(in.substr(used), element, element_used, depth + 1);
         if (status == ParseStatus::kBad) {
@@ -141,6 +142,7 @@ ParseStatus parse_reply(std::string_view in, RedisReply& reply, size_t& used, in
         }
         if (status == ParseStatus::kNeedMore) return status;
         used += element_used;
+        array.elements.push_back(std::move(element));
       }
       reply = std::move(array);
       return ParseStatus::kDone;
