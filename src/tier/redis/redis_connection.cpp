@@ -155,24 +155,31 @@ void RedisConnection::queue(std::span<const Queued> commands) {
   };
   std::vector<Piece> pieces;
   size_t run = 0;
+  size_t tails = 0;  // bytes of the tails so far: out_bytes_.size() + tails is the stream's
   for (const Queued& q : commands) {
     const RedisCommand& c = *q.command;
     if (q.asking) {
       append_resp_command(kAsking, out_bytes_);
-      expected_.push_back({});
+      expected_.push_back({.ends_at = out_bytes_.size() + tails});
     }
     append_resp_command(c, out_bytes_);
-    expected_.push_back({.command = &c});
     if (!c.tail.empty()) {
       pieces.push_back({.offset = run, .size = out_bytes_.size() - run});
       pieces.push_back({.tail = c.tail});
+      tails += c.tail.size();
       run = out_bytes_.size();
       out_bytes_ += "\r\n";
     }
+    expected_.push_back({.command = &c,
+                         .value_bytes = c.tail.size() + c.head.size() + c.body.size(),
+                         .ends_at = out_bytes_.size() + tails});
   }
   pieces.push_back({.offset = run, .size = out_bytes_.size() - run});
   out_.clear();
   out_next_ = 0;
+  sent_ = 0;
+  released_ = 0;
+  window_bytes_ = 0;
   for (const Piece& p : pieces) {
     if (!p.tail.empty()) {
       out_.push_back({const_cast<char*>(p.tail.data()), p.tail.size()});
@@ -181,6 +188,15 @@ void RedisConnection::queue(std::span<const Queued> commands) {
     }
   }
   replies_pending_ = expected_.size();
+  release();
+}
+
+void RedisConnection::release() {
+  // At least one command is always out; more while their values fit the window.
+  while (released_ < expected_.size() &&
+         (released_ == next_expected_ || window_bytes_ < kWindowBytes)) {
+    window_bytes_ += expected_[released_++].value_bytes;
+  }
 }
 
 // ---- sending and reading ----
@@ -193,23 +209,48 @@ bool RedisConnection::fail(ErrorCode code, std::string what) {
   return false;
 }
 
+bool RedisConnection::wants_write() const {
+  return released_ > 0 && sent_ < expected_[released_ - 1].ends_at;
+}
+
 bool RedisConnection::progress() {
-  if (broken_) return false;
-  if (wants_write() && !send_some()) return false;
-  return read_some();
+  for (;;) {
+    if (broken_) return false;
+    if (wants_write() && !send_some()) return false;
+    const size_t answered = next_expected_;
+    if (!read_some()) return false;
+    // Replies that arrived may have released more commands: send them now.
+    if (next_expected_ == answered || !wants_write()) return true;
+  }
 }
 
 bool RedisConnection::send_some() {
-  while (out_next_ < out_.size()) {
+  while (wants_write()) {
+    // The iovecs up to the end of the last released command; the last one cut there.
+    size_t limit = expected_[released_ - 1].ends_at - sent_;
+    size_t count = 0;
+    size_t cut = 0;  // what the last iovec loses to the limit
+    for (size_t k = out_next_; k < out_.size() && limit > 0 && count < IOV_MAX; ++k, ++count) {
+      if (out_[k].iov_len >= limit) {
+        cut = out_[k].iov_len - limit;
+        ++count;
+        break;
+      }
+      limit -= out_[k].iov_len;
+    }
     msghdr message{};
     message.msg_iov = &out_[out_next_];
-    message.msg_iovlen = std::min<size_t>(out_.size() - out_next_, IOV_MAX);
+    message.msg_iovlen = count;
+    iovec& last = out_[out_next_ + count - 1];
+    last.iov_len -= cut;
     const ssize_t sent = ::sendmsg(fd_, &message, MSG_NOSIGNAL);
+    last.iov_len += cut;
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
       return fail(ErrorCode::kUnavailable, errno_text("send", errno));
     }
+    sent_ += static_cast<size_t>(sent);
     auto left = static_cast<size_t>(sent);
     while (left > 0) {
       iovec& v = out_[out_next_];
@@ -225,6 +266,8 @@ bool RedisConnection::send_some() {
 void RedisConnection::deliver(RedisReply reply) {
   const Expected& e = expected_[next_expected_++];
   --replies_pending_;
+  window_bytes_ -= e.value_bytes;
+  release();
   if (e.command == nullptr) return;  // ASKING's "+OK"
   if (e.command->on_reply) e.command->on_reply(reply);
   replies_.push_back(std::move(reply));

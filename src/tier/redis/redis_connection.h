@@ -5,6 +5,9 @@
 // (its RESP header from an owned buffer, a SET's chunk from the caller's memory), and a GET's
 // reply is read with readv() straight into the command's head and body (redis_reply.h).
 //
+// Pipelines are windowed: the commands out at once carry about 4 MiB of values at most (a
+// SET's chunk, a GET's record; see kWindowBytes), the next one leaving as a reply arrives.
+//
 // Sockets are non-blocking. run_pipelines() sends and reads on every connection it is given,
 // in one poll() loop, until each has read a reply to every command queued on it, failed, or
 // reached the deadline: one node that hangs does not hold up the others. A connection that saw
@@ -69,7 +72,10 @@ class RedisConnection {
 
   RedisConnection(int fd, RedisEndpoint endpoint) : fd_(fd), endpoint_(std::move(endpoint)) {}
   bool done() const { return broken_ || replies_pending_ == 0; }
-  bool wants_write() const { return out_next_ < out_.size(); }
+  // Released commands not wholly sent yet.
+  bool wants_write() const;
+  // Lets out the next commands while the values of those out fit the window.
+  void release();
   // Sends and reads what it can without blocking. False once broken.
   bool progress();
   bool send_some();
@@ -81,6 +87,8 @@ class RedisConnection {
 
   struct Expected {
     const RedisCommand* command = nullptr;  // null: the reply of an ASKING, dropped
+    size_t value_bytes = 0;                 // a SET's tail, a GET's record size
+    size_t ends_at = 0;                     // where its command ends in the output stream
   };
 
   int fd_;
@@ -88,10 +96,20 @@ class RedisConnection {
   bool broken_ = false;
   Error error_;
 
-  // Output: the iovecs of every queued command; owned bytes live in out_bytes_.
+  // Output: the iovecs of every queued command; owned bytes live in out_bytes_. A command is
+  // sent once released: the commands out at once carry less than kWindowBytes of values, or
+  // one more (two chunks of 2 MiB, sixteen of 256 KiB). A server sent 16 GETs of 2 MiB at once
+  // copies every value into its output buffers before the first is read, out of the CPU's
+  // caches: measured here, GETs of 2 MiB in windows of 1-4 chunks ran 1.3-1.7x faster than 16
+  // at once (SETs a little faster). Two chunks in flight keep a network link busy while the
+  // next reply crosses it.
+  static constexpr size_t kWindowBytes = size_t{4} << 20;
   std::string out_bytes_;
   std::vector<iovec> out_;
-  size_t out_next_ = 0;  // first iovec not wholly sent (advanced in place when partly sent)
+  size_t out_next_ = 0;      // first iovec not wholly sent (advanced in place when partly sent)
+  size_t sent_ = 0;          // bytes of the stream sent
+  size_t released_ = 0;      // expected_[0, released_) may be sent
+  size_t window_bytes_ = 0;  // value bytes of the released, unanswered commands
 
   // Input.
   std::vector<Expected> expected_;
