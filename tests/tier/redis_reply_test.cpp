@@ -16,11 +16,13 @@ TEST(RedisReply, CommandsAreRespArraysOfBulkStringsWithTheTailOutside) {
   EXPECT_EQ(append_resp_command(get, out), 0u);
   EXPECT_EQ(out, "*2\r\n$3\r\nGET\r\n$2\r\nk1\r\n");
   EXPECT_EQ(out.size(), resp_owned_bytes(get));
-  // The tail (a chunk) counts in the last argument's length; it and its "\r\n" are sent apart.
-  const std::string tail(1234, 'x');
-  const RedisCommand set{.args = {"SET", "key", "HDR"}, .tail = tail};
+  // The tail (a header and a chunk) counts in the last argument's length; it and its "\r\n"
+  // are sent apart.
+  const std::string chunk(1234, 'x');
+  const RedisCommand set{.args = {"SET", "key", "A"}, .tail = {"HDR", chunk}};
+  EXPECT_EQ(tail_bytes(set), 1237u);
   const size_t at = append_resp_command(set, out);
-  EXPECT_EQ(out.substr(at), "*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$1237\r\nHDR");
+  EXPECT_EQ(out.substr(at), "*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$1238\r\nA");
   EXPECT_EQ(out.size() - at, resp_owned_bytes(set));
 }
 

@@ -163,15 +163,17 @@ void RedisConnection::queue(std::span<const Queued> commands) {
       expected_.push_back({.ends_at = out_bytes_.size() + tails});
     }
     append_resp_command(c, out_bytes_);
-    if (!c.tail.empty()) {
+    if (tail_bytes(c) > 0) {
       pieces.push_back({.offset = run, .size = out_bytes_.size() - run});
-      pieces.push_back({.tail = c.tail});
-      tails += c.tail.size();
+      for (std::string_view piece : c.tail) {
+        if (!piece.empty()) pieces.push_back({.tail = piece});
+      }
+      tails += tail_bytes(c);
       run = out_bytes_.size();
       out_bytes_ += "\r\n";
     }
     expected_.push_back({.command = &c,
-                         .value_bytes = c.tail.size() + c.head.size() + c.body.size(),
+                         .value_bytes = tail_bytes(c) + c.head.size() + c.body.size(),
                          .ends_at = out_bytes_.size() + tails});
   }
   pieces.push_back({.offset = run, .size = out_bytes_.size() - run});
@@ -195,7 +197,9 @@ void RedisConnection::release() {
   // At least one command is always out; more while their values fit the window.
   while (released_ < expected_.size() &&
          (released_ == next_expected_ || window_bytes_ < kWindowBytes)) {
-    window_bytes_ += expected_[released_++].value_bytes;
+    const Expected& e = expected_[released_++];
+    window_bytes_ += e.value_bytes;
+    if (e.command != nullptr && e.command->on_release) e.command->on_release();
   }
 }
 

@@ -50,18 +50,24 @@ ParseStatus bad(RedisReply& reply, std::string what) {
 
 }  // namespace
 
+size_t tail_bytes(const RedisCommand& command) {
+  return command.tail[0].size() + command.tail[1].size();
+}
+
 size_t resp_owned_bytes(const RedisCommand& command) {
+  const size_t tail = tail_bytes(command);
   size_t bytes = 1 + decimal_digits(command.args.size()) + 2;
   for (size_t i = 0; i < command.args.size(); ++i) {
     const bool last = i + 1 == command.args.size();
-    const size_t length = command.args[i].size() + (last ? command.tail.size() : 0);
+    const size_t length = command.args[i].size() + (last ? tail : 0);
     bytes += 1 + decimal_digits(length) + 2 + command.args[i].size();
-    if (!last || command.tail.empty()) bytes += 2;
+    if (!last || tail == 0) bytes += 2;
   }
   return bytes;
 }
 
 size_t append_resp_command(const RedisCommand& command, std::string& out) {
+  const size_t tail = tail_bytes(command);
   const size_t start = out.size();
   out += '*';
   append_decimal(out, command.args.size());
@@ -69,11 +75,11 @@ size_t append_resp_command(const RedisCommand& command, std::string& out) {
   for (size_t i = 0; i < command.args.size(); ++i) {
     const bool last = i + 1 == command.args.size();
     out += '$';
-    append_decimal(out, command.args[i].size() + (last ? command.tail.size() : 0));
+    append_decimal(out, command.args[i].size() + (last ? tail : 0));
     out += "\r\n";
     out += command.args[i];
     // After a tail, the connection sends its "\r\n".
-    if (!last || command.tail.empty()) out += "\r\n";
+    if (!last || tail == 0) out += "\r\n";
   }
   return start;
 }

@@ -2,13 +2,14 @@
 // src/tier.
 //
 // Commands are arrays of bulk strings. A command's last argument may end with a `tail` held by
-// the caller (a SET's chunk), which goes to the socket from the caller's memory, never copied
-// (redis_connection.h). A reply is parsed from a buffer (parse_reply), except a top-level bulk
-// string, which the connection streams: straight into the command's `head` and `body` when it
-// has exactly their size (a GET of a chunk record: its header, then its payload into the
-// caller's buffer), into `text` otherwise.
+// the caller (a SET's record header and chunk), which goes to the socket from the caller's
+// memory, never copied (redis_connection.h). A reply is parsed from a buffer (parse_reply), except
+// a top-level bulk string, which the connection streams: straight into the command's `head` and
+// `body` when it has exactly their size (a GET of a chunk record: its header, then its payload into
+// the caller's buffer), into `text` otherwise.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -35,7 +36,11 @@ struct RedisReply {
 struct RedisCommand {
   std::string_view key;                // routes the command (redis_router.h)
   std::vector<std::string_view> args;  // the whole command, key included; not owned
-  std::string_view tail = {};          // sent as the end of the last argument; not owned
+  // Sent as the end of the last argument, in order; not owned.
+  std::array<std::string_view, 2> tail = {};
+  // Called when the connection lets the command out, before any of its bytes are sent: a SET
+  // computes its record's header then, so its chunk is hashed just before the send reads it.
+  std::function<void()> on_release = {};
   // A bulk-string reply of exactly head.size() + body.size() bytes is read into these.
   std::span<std::byte> head = {};
   std::span<std::byte> body = {};
@@ -45,6 +50,8 @@ struct RedisCommand {
   std::function<void(const RedisReply&)> on_reply = {};
 };
 
+// The bytes of the tail.
+size_t tail_bytes(const RedisCommand& command);
 // Bytes of the RESP header of a command with these arguments, the tail counted in the last
 // one: "*<argc>\r\n" and "$<len>\r\n" per argument, with the arguments and their "\r\n",
 // except the tail and its final "\r\n".

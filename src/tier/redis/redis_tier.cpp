@@ -81,15 +81,16 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
   std::vector<RedisCommand> commands;
   names.reserve(keys.size());
   commands.reserve(keys.size());
+  for (const ChunkKey& key : keys) names.push_back(redis_key(key));
   for (size_t i = 0; i < keys.size(); ++i) {
-    names.push_back(redis_key(keys[i]));
-    encode_chunk_header(keys[i], chunks[i], headers[i]);
-  }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    // The value is the record: header, then the payload straight from the caller's buffer.
-    commands.push_back({.key = names[i],
-                        .args = {"SET", names[i], as_text(headers[i])},
-                        .tail = as_text(chunks[i])});
+    // The value is the record: its header, then the payload, both sent from where they are.
+    // The header (the payload's checksum) is computed as the SET goes out, so that the send
+    // finds the payload in the cache.
+    commands.push_back(
+        {.key = names[i],
+         .args = {"SET", names[i], ""},
+         .tail = {as_text(headers[i]), as_text(chunks[i])},
+         .on_release = [&, i] { encode_chunk_header(keys[i], chunks[i], headers[i]); }});
   }
   Result<BatchReplies> batch = router_->execute(commands, deadline_after(timeout));
   if (!batch) return std::unexpected(batch.error());
