@@ -2,6 +2,10 @@
 #include "kvtier/tier/redis_tier.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
@@ -184,6 +188,106 @@ TEST(RedisTier, ChunksRedisEvictsAreMissesNotErrors) {
   EXPECT_EQ(std::ranges::count(*g.statuses, ChunkStatus::kError), 0);
   EXPECT_TRUE(g.ok_chunks_intact);
   EXPECT_EQ(tier.state(), TierState::kUp);
+}
+
+// A stand-in for a server on a loopback port, for what no real redis-server sends: it reads
+// each command whole, then sends a scripted reply one byte per send().
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(std::vector<std::string> replies) : replies_(std::move(replies)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(listener_, 1), 0);
+    EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ScriptedServer() {
+    ::shutdown(listener_, SHUT_RDWR);
+    thread_.join();
+    ::close(listener_);
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void serve() {
+    const int fd = ::accept(listener_, nullptr, nullptr);
+    if (fd < 0) return;
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::string in;
+    for (const std::string& reply : replies_) {
+      // A command of n arguments is "*n\r\n" and two lines per argument.
+      for (;;) {
+        const size_t lines = count_lines(in);
+        if (lines > 0 && lines >= 1 + 2 * std::stoul(in.substr(1))) break;
+        char buffer[4096];
+        const ssize_t got = ::read(fd, buffer, sizeof buffer);
+        if (got <= 0) {
+          ::close(fd);
+          return;
+        }
+        in.append(buffer, static_cast<size_t>(got));
+      }
+      in.clear();
+      for (char c : reply) {
+        if (::send(fd, &c, 1, MSG_NOSIGNAL) != 1) break;
+      }
+    }
+    char buffer[64];
+    while (::read(fd, buffer, sizeof buffer) > 0) {
+    }
+    ::close(fd);
+  }
+  static size_t count_lines(const std::string& text) {
+    size_t lines = 0;
+    for (size_t at = text.find("\r\n"); at != std::string::npos; at = text.find("\r\n", at + 2)) {
+      ++lines;
+    }
+    return lines;
+  }
+
+  std::vector<std::string> replies_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(RedisTier, ReadsRepliesThatArriveByteByByte) {
+  const std::vector<std::byte> payload = chunk(7, 3000);
+  const std::vector<std::byte> record = encode_chunk_record(key(7), payload);
+  const std::string value(reinterpret_cast<const char*>(record.data()), record.size());
+  ScriptedServer server({"-ERR This instance has cluster support disabled\r\n",
+                         "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n", "$-1\r\n",
+                         ":1\r\n", "+OK\r\n"});
+  auto tier = open_tier(server.url(), kNamespace, /*pool_size=*/1);
+  std::vector<std::byte> back(payload.size());
+  const std::span<std::byte> dst(back);
+  const ChunkKey k = key(7);
+  EXPECT_EQ(*tier->get(std::span(&k, 1), std::span(&dst, 1), kTimeout), all(ChunkStatus::kOk, 1));
+  EXPECT_EQ(back, payload);
+  EXPECT_EQ(*tier->get(std::span(&k, 1), std::span(&dst, 1), kTimeout), all(ChunkStatus::kMiss, 1));
+  EXPECT_EQ(*tier->contains(std::span(&k, 1), kTimeout), std::vector<bool>{true});
+  const std::span<const std::byte> in(payload);
+  EXPECT_EQ(*tier->put(std::span(&k, 1), std::span(&in, 1), kTimeout), all(ChunkStatus::kOk, 1));
+}
+
+TEST(RedisTier, GarbledRepliesFailTheCallWithAClearError) {
+  for (const std::string garbled : {"$5\r\nabcdeXY", "%3\r\n", "$1x\r\n", "*1\r\n?\r\n"}) {
+    ScriptedServer server({"-ERR This instance has cluster support disabled\r\n", garbled});
+    auto tier = open_tier(server.url(), kNamespace, /*pool_size=*/1);
+    std::vector<std::byte> back(16);
+    const std::span<std::byte> dst(back);
+    const ChunkKey k = key(1);
+    Result<std::vector<ChunkStatus>> r = tier->get(std::span(&k, 1), std::span(&dst, 1), kTimeout);
+    ASSERT_FALSE(r) << garbled;
+    EXPECT_EQ(r.error().code, ErrorCode::kUnavailable) << garbled;
+    EXPECT_NE(r.error().message.find("protocol error"), std::string::npos) << r.error().message;
+  }
 }
 
 TEST(RedisTier, UnreachableServerFailsTheCallNotTheOpen) {
