@@ -12,6 +12,7 @@
 
 #include "kvtier/tier/chunk_record.h"
 #include "kvtier/tier/health_checked_tier.h"
+#include "redis/redis_key_slot.h"
 #include "redis_process.h"
 #include "redis_test_util.h"
 #include "support/temp_dir.h"
@@ -190,8 +191,9 @@ TEST(RedisTier, ChunksRedisEvictsAreMissesNotErrors) {
   EXPECT_EQ(tier.state(), TierState::kUp);
 }
 
-// A stand-in for a server on a loopback port, for what no real redis-server sends: it reads
-// each command whole, then sends a scripted reply one byte per send().
+// A stand-in for a server on a loopback port, for what no real redis-server sends on demand:
+// it reads each command whole, then sends a scripted reply ("{port}": its own) one byte per
+// send().
 class ScriptedServer {
  public:
   explicit ScriptedServer(std::vector<std::string> replies) : replies_(std::move(replies)) {
@@ -212,6 +214,7 @@ class ScriptedServer {
     ::close(listener_);
   }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
 
  private:
   void serve() {
@@ -220,7 +223,10 @@ class ScriptedServer {
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     std::string in;
-    for (const std::string& reply : replies_) {
+    for (std::string reply : replies_) {
+      if (const size_t at = reply.find("{port}"); at != std::string::npos) {
+        reply.replace(at, 6, std::to_string(port_));
+      }
       // A command of n arguments is "*n\r\n" and two lines per argument.
       for (;;) {
         const size_t lines = count_lines(in);
@@ -288,6 +294,37 @@ TEST(RedisTier, GarbledRepliesFailTheCallWithAClearError) {
     EXPECT_EQ(r.error().code, ErrorCode::kUnavailable) << garbled;
     EXPECT_NE(r.error().message.find("protocol error"), std::string::npos) << r.error().message;
   }
+}
+
+TEST(RedisTier, H7_AClusterMasterAnsweringClusterDownIsDownNotAKeyError) {
+  // Two masters, half the slots each; b answers CLUSTERDOWN, as a master does while its
+  // cluster state is not ok (a restarted node that has not rejoined yet).
+  auto tier_key = [](uint64_t id) { return redis_key_prefix(kNamespace) + key(id).hex(); };
+  uint64_t on_a = 0, on_b = 0;
+  while (redis_key_slot(tier_key(on_a)) >= 8192) ++on_a;
+  while (redis_key_slot(tier_key(on_b)) < 8192) ++on_b;
+  const std::vector<std::byte> payload = chunk(on_a, 100);
+  const std::vector<std::byte> record = encode_chunk_record(key(on_a), payload);
+  const std::string value(reinterpret_cast<const char*>(record.data()), record.size());
+  ScriptedServer b({"-CLUSTERDOWN The cluster is down\r\n"});
+  const std::string slots =
+      "*2\r\n*3\r\n:0\r\n:8191\r\n*2\r\n$9\r\n127.0.0.1\r\n:{port}\r\n"
+      "*3\r\n:8192\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" +
+      std::to_string(b.port()) + "\r\n";
+  ScriptedServer a({slots, "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n"});
+  HealthCheckedTier tier(open_tier(a.url(), kNamespace, /*pool_size=*/1), {});
+  const std::vector<ChunkKey> ks = {key(on_a), key(on_b)};
+  std::vector<std::byte> x(payload.size()), y(payload.size());
+  const std::vector<std::span<std::byte>> dst = {x, y};
+  Result<std::vector<ChunkStatus>> r = tier.get(ks, dst, kTimeout);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(*r, (std::vector{ChunkStatus::kOk, ChunkStatus::kSkipped}));
+  EXPECT_EQ(x, payload);
+  EXPECT_EQ(tier.state(), TierState::kDegraded);
+  const TierMetrics m = tier.metrics();
+  ASSERT_EQ(m.down_parts.size(), 1u);
+  EXPECT_EQ(m.down_parts[0].name, "127.0.0.1:" + std::to_string(b.port()));
+  EXPECT_NE(m.down_parts[0].error.find("CLUSTERDOWN"), std::string::npos) << m.down_parts[0].error;
 }
 
 TEST(RedisTier, UnreachableServerFailsTheCallNotTheOpen) {

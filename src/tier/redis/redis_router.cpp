@@ -264,8 +264,9 @@ Result<BatchReplies> RedisRouter::execute(std::span<const RedisCommand> commands
       return;
     }
     health_of(g.node).mark_down(error.to_string());
-    for (size_t k = from; k < g.which.size(); ++k)
+    for (size_t k = from; k < g.which.size(); ++k) {
       out.outcomes[g.which[k]] = CommandOutcome::kSkipped;
+    }
   };
 
   for (int round = 0; round <= kMaxRedirects && !pending.empty() && !failure; ++round) {
@@ -308,10 +309,11 @@ Result<BatchReplies> RedisRouter::execute(std::span<const RedisCommand> commands
         RedisReply& reply = replies[k];
         ask[i].reset();
         if (cluster && node_unavailable(reply)) {
-          if (!node_down)
-            node_failed(
-                g, k,
-                Error{ErrorCode::kUnavailable, "redis " + g.node.to_string() + ": " + reply.text});
+          // CLUSTERDOWN, LOADING: this master serves no key now; the rest of its batch skips.
+          if (!node_down) {
+            const std::string what = "redis " + g.node.to_string() + ": " + reply.text;
+            node_failed(g, k, Error{ErrorCode::kUnavailable, what});
+          }
           node_down = true;
           continue;
         }
