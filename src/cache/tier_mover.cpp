@@ -313,7 +313,7 @@ size_t TierMover::poll() {
 std::vector<std::string> TierMover::degraded_tiers() const {
   std::vector<std::string> names;
   for (const MoverTier& t : tiers_) {
-    if (t.tier->state() == TierState::kDown) names.push_back(t.tier->name());
+    for (std::string& name : degraded_names(t.tier->metrics())) names.push_back(std::move(name));
   }
   return names;
 }

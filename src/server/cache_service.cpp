@@ -187,14 +187,15 @@ void CacheService::add_tier_stats(std::map<std::string, uint64_t>& f) const {
   f["tiers_degraded"] = 0;
   if (!mover_) return;
   add_stats(f, "tier_", mover_->counters());
-  // Per tier "tier.<name>.<what>"; tier_down_field(name) is 1 while the tier is DOWN (H7), so
-  // a client names the degraded tiers from the field names alone (reply fields are integers).
+  // Per tier "tier.<name>.<what>"; tier_down_field(name) is 1 while the tier is DOWN (H7), and
+  // tier_down_field("<name>/<part>") 1 for each part down while it is DEGRADED (degraded_names),
+  // so a client names the degraded tiers from the field names alone (fields are integers).
   for (const TierMetrics& m : mover_->tier_metrics()) {
     const std::string prefix = "tier." + m.name + ".";
-    const bool down = m.state == TierState::kDown;
     ++f["tiers"];
-    f["tiers_degraded"] += down ? 1 : 0;
-    f[tier_down_field(m.name)] = down ? 1 : 0;
+    f["tiers_degraded"] += m.state == TierState::kUp ? 0 : 1;
+    f[tier_down_field(m.name)] = 0;
+    for (const std::string& name : degraded_names(m)) f[tier_down_field(name)] = 1;
     add_stats(f, prefix, m.counters);
   }
 }

@@ -209,6 +209,23 @@ TEST(TierMover, H7_LowerHitsSkipADownTierAndNameIt) {
   EXPECT_EQ(m[1].counters.errors, 1u);
 }
 
+TEST(TierMover, H7_ATierWithAPartDownIsNamedByItsPart) {
+  FakeTier* upper = nullptr;
+  FakeTier* lower = nullptr;
+  std::vector<MoverTier> tiers = fakes({{&upper, "upper"}, {&lower, "redis"}});
+  Rig rig(4, std::move(tiers));
+  lower->insert(key(0), pattern(0));
+  lower->insert(key(1), pattern(1));
+  lower->set_down_parts({{.name = "10.0.0.7:6379", .error = "refused"}}, {key(1)});
+  EXPECT_EQ(rig.mover->lower_hits(key_range(0, 2), 0), 1u);  // key 1's node is down: a miss
+  EXPECT_EQ(rig.mover->degraded_tiers(), std::vector<std::string>{"redis/10.0.0.7:6379"});
+  EXPECT_EQ(rig.mover->tier_metrics()[1].state, TierState::kDegraded);
+  // The mover's own ticks let the tier probe the part; it comes back without any call.
+  lower->recover_parts_on_probe(true);
+  ASSERT_TRUE(poll_until([&] { return rig.mover->degraded_tiers().empty(); }, 5000ms));
+  EXPECT_EQ(rig.mover->lower_hits(key_range(0, 2), 0), 2u);
+}
+
 TEST(TierMover, PrefetchMakesKeysPendingThenPublishesThem) {
   FakeTier* fake = nullptr;
   std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});

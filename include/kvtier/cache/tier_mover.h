@@ -29,9 +29,11 @@
 // chunk. poll() then completes the store: kSucceeded for filled keys, kFailed for keys no tier
 // could serve intact (missing, corrupt, tier down): F3, such a slot is freed and never published.
 //
-// Health. A tier that errors or times out is DOWN (health_checked_tier.h); degraded_tiers()
-// names the DOWN tiers for H7. The writer thread probes DOWN tiers whose probe is due every
-// health_tick, so a tier recovers even while nothing asks for it.
+// Health. A tier that errors or times out is DOWN (health_checked_tier.h); a tier with parts
+// down (a Redis Cluster's masters) is DEGRADED and serves the other parts' keys.
+// degraded_tiers() names both for H7 (degraded_names(): "redis" while DOWN, "redis/<node>"
+// for each node down). The writer thread probes DOWN tiers and down parts whose probe is due
+// every health_tick, so they recover even while nothing asks for them.
 //
 // Thread-safety: on_cache_events, demote_evicted, lower_hits, prefetch and poll must be called
 // from the thread that owns the CacheManager (the mover calls the CacheManager only from
