@@ -16,7 +16,7 @@ constexpr std::string_view kOpNames[] = {"REGISTER", "UNREGISTER", "LOOKUP", "ST
                                          "RELEASE",  "PING",       "STATS",  "SHUTDOWN"};
 // Indexed by TestHook.
 constexpr std::string_view kHookNames[] = {
-    "", "throw", "stall", "no_reply", "hang_copies", "fail_copies", "fail_partway"};
+    "", "throw", "stall", "no_reply", "hang_copies", "fail_copies", "fail_partway", "service"};
 
 // A decode failure: "<code>: <what>".
 std::unexpected<Error> bad(std::string_view code, std::string what) {
@@ -219,15 +219,22 @@ Result<SharedKvMemory> decode_memory(const msgpack::object& o) {
   return mem;
 }
 
-// Unpacks the MessagePack object at the start of the frame; `used`: the bytes it took.
+// Strings and bins stay in the frame (not copied into the object's zone): every decoder copies
+// what it keeps before the frame goes away.
+bool reference_frame(msgpack::type::object_type, size_t, void*) {
+  return true;
+}
+
+// Unpacks the MessagePack object at the start of the frame; `used`: the bytes it took. The
+// object refers into `frame`.
 Result<msgpack::object_handle> unpack_first(std::span<const std::byte> frame, size_t& used) {
   // Element counts are bounded by the frame size (each element takes at least one byte).
   const size_t n = frame.size();
   const msgpack::unpack_limit limit(n, n, n, n, n, /*depth=*/16);
   try {
     used = 0;
-    return msgpack::unpack(reinterpret_cast<const char*>(frame.data()), frame.size(), used, nullptr,
-                           nullptr, limit);
+    return msgpack::unpack(reinterpret_cast<const char*>(frame.data()), frame.size(), used,
+                           reference_frame, nullptr, limit);
   } catch (const msgpack::insufficient_bytes&) {
     return bad(codes::kMalformed, "truncated MessagePack");
   } catch (const std::exception& e) {
@@ -513,47 +520,41 @@ std::pair<std::string, std::string> split_decode_error(const Error& error) {
   return {m.substr(0, colon), utf8_message(std::string_view(m).substr(colon + 2))};
 }
 
-Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLimits& limits,
-                               uint64_t* request_id) {
-  if (frame.size() > limits.max_frame_bytes) {
-    return bad(codes::kTooLarge, "frame of " + std::to_string(frame.size()) +
-                                     " bytes exceeds max_frame_bytes " +
-                                     std::to_string(limits.max_frame_bytes));
-  }
-  size_t used = 0;
-  auto handle = unpack_first(frame, used);
-  if (!handle) return std::unexpected(handle.error());
-  // The id first, wherever it sits in the map, so that an error in any other field (also one
-  // the header decoder meets before "id", or bytes after the message) is answered with the
-  // request's id.
-  if (request_id) {
-    const msgpack::object& root = handle->get();
-    if (root.type == msgpack::type::MAP) {
-      for (const msgpack::object_kv& kv : std::span(root.via.map.ptr, root.via.map.size)) {
-        if (kv.key.type == msgpack::type::STR && key_name(kv.key) == "id" &&
-            kv.val.type == msgpack::type::POSITIVE_INTEGER) {
-          *request_id = kv.val.via.u64;
-          break;
-        }
-      }
+namespace {
+
+// The id first, wherever it sits in the map, so that an error in any other field (also one the
+// header decoder meets before "id", or bytes after the message) is answered with the request's
+// id.
+void peek_id(const msgpack::object& root, uint64_t* request_id) {
+  if (!request_id || root.type != msgpack::type::MAP) return;
+  for (const msgpack::object_kv& kv : std::span(root.via.map.ptr, root.via.map.size)) {
+    if (kv.key.type == msgpack::type::STR && key_name(kv.key) == "id" &&
+        kv.val.type == msgpack::type::POSITIVE_INTEGER) {
+      *request_id = kv.val.via.u64;
+      return;
     }
   }
-  if (Status st = no_trailing_bytes(frame, used); !st) return std::unexpected(st.error());
-  auto request = decode_header(handle->get(), request_id);
+}
+
+Result<Request> decode_request_object(const msgpack::object& root, uint64_t* request_id) {
+  auto request = decode_header(root, request_id);
   if (!request) return std::unexpected(request.error());
-  if (Status st = decode_operation(handle->get(), *request); !st) {
-    return std::unexpected(st.error());
-  }
+  if (Status st = decode_operation(root, *request); !st) return std::unexpected(st.error());
   return request;
 }
 
-Result<Reply> decode_reply(std::span<const std::byte> frame) {
-  auto handle = unpack_one(frame);
-  if (!handle) return std::unexpected(handle.error());
+Status check_frame_size(std::span<const std::byte> frame, const DecodeLimits& limits) {
+  if (frame.size() <= limits.max_frame_bytes) return {};
+  return bad(codes::kTooLarge, "frame of " + std::to_string(frame.size()) +
+                                   " bytes exceeds max_frame_bytes " +
+                                   std::to_string(limits.max_frame_bytes));
+}
+
+Result<Reply> decode_reply_object(const msgpack::object& root) {
   Reply r;
   bool has_ok = false;
-  Status st = for_each_field(
-      handle->get(), "reply", [&](std::string_view key, const msgpack::object& v) -> Status {
+  Status st =
+      for_each_field(root, "reply", [&](std::string_view key, const msgpack::object& v) -> Status {
         if (key == "ok") {
           if (v.type != msgpack::type::BOOLEAN)
             return bad(codes::kMalformed, "'ok' must be a boolean");
@@ -575,6 +576,68 @@ Result<Reply> decode_reply(std::span<const std::byte> frame) {
   if (!st) return std::unexpected(st.error());
   if (!has_ok) return bad(codes::kMalformed, "reply without 'ok'");
   return r;
+}
+
+}  // namespace
+
+Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLimits& limits,
+                               uint64_t* request_id) {
+  if (Status st = check_frame_size(frame, limits); !st) return std::unexpected(st.error());
+  size_t used = 0;
+  auto handle = unpack_first(frame, used);
+  if (!handle) return std::unexpected(handle.error());
+  peek_id(handle->get(), request_id);
+  if (Status st = no_trailing_bytes(frame, used); !st) return std::unexpected(st.error());
+  return decode_request_object(handle->get(), request_id);
+}
+
+bool is_batch_frame(std::span<const std::byte> frame) {
+  if (frame.empty()) return false;
+  const auto first = static_cast<uint8_t>(frame[0]);
+  return (first >= 0x90 && first <= 0x9f) || first == 0xdc || first == 0xdd;  // fixarray, 16, 32
+}
+
+Status decode_batch(std::span<const std::byte> frame, const DecodeLimits& limits,
+                    const std::function<void(BatchItem)>& on_item) {
+  if (Status st = check_frame_size(frame, limits); !st) return st;
+  auto handle = unpack_one(frame);
+  if (!handle) return std::unexpected(handle.error());
+  auto items = as_array(handle->get(), "batch", kMaxBatchRequests);
+  if (!items) return std::unexpected(items.error());
+  if (items->empty()) return bad(codes::kMalformed, "empty batch");
+  for (const msgpack::object& item : *items) {
+    uint64_t id = 0;
+    peek_id(item, &id);
+    auto request = decode_request_object(item, &id);
+    on_item(BatchItem{.request = std::move(request), .id = id});
+  }
+  return {};
+}
+
+Result<Reply> decode_reply(std::span<const std::byte> frame) {
+  auto handle = unpack_one(frame);
+  if (!handle) return std::unexpected(handle.error());
+  return decode_reply_object(handle->get());
+}
+
+Result<std::vector<Reply>> decode_replies(std::span<const std::byte> frame) {
+  auto handle = unpack_one(frame);
+  if (!handle) return std::unexpected(handle.error());
+  const msgpack::object& root = handle->get();
+  std::vector<Reply> replies;
+  if (root.type != msgpack::type::ARRAY) {
+    auto reply = decode_reply_object(root);
+    if (!reply) return std::unexpected(reply.error());
+    replies.push_back(std::move(*reply));
+    return replies;
+  }
+  replies.reserve(root.via.array.size);
+  for (const msgpack::object& item : std::span(root.via.array.ptr, root.via.array.size)) {
+    auto reply = decode_reply_object(item);
+    if (!reply) return std::unexpected(reply.error());
+    replies.push_back(std::move(*reply));
+  }
+  return replies;
 }
 
 }  // namespace kvtier::server

@@ -5,10 +5,41 @@
 #include "kvtier/server/protocol.h"
 
 namespace kvtier::server {
+namespace {
+
+// A msgpack stream appending to a string: messages are encoded where they are sent from.
+struct StringStream {
+  std::string& out;
+  void write(const char* data, size_t n) { out.append(data, n); }
+};
+
+// A msgpack stream into a fixed buffer, for a message of known small size (one append).
+struct FixedStream {
+  char data[96];
+  size_t size = 0;
+  void write(const char* p, size_t n) {
+    std::memcpy(data + size, p, n);
+    size += n;
+  }
+};
+
+}  // namespace
 
 std::string encode_request(const Request& r) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
+  std::string frame;
+  append_request(frame, r);
+  return frame;
+}
+
+std::string encode_reply(const Reply& r) {
+  std::string frame;
+  append_reply(frame, r);
+  return frame;
+}
+
+void append_request(std::string& frame, const Request& r) {
+  StringStream stream{frame};
+  msgpack::packer<StringStream> pk(stream);
   const bool keyed = r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve;
   const bool moves = r.op == Op::kStore || r.op == Op::kRetrieve;
   const bool hooked = r.hook != TestHook::kNone;
@@ -74,12 +105,11 @@ std::string encode_request(const Request& r) {
     pk.pack("blocks"), pk.pack(r.blocks);
   }
   if (r.op == Op::kRetrieve || r.op == Op::kRelease) pk.pack("lock"), pk.pack(r.lock);
-  return std::string(buf.data(), buf.size());
 }
 
-std::string encode_reply(const Reply& r) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
+void append_reply(std::string& frame, const Reply& r) {
+  StringStream stream{frame};
+  msgpack::packer<StringStream> pk(stream);
   uint32_t n =
       3 + static_cast<uint32_t>(r.fields.size()) + (r.ok ? 0 : 2) + (r.event.empty() ? 0 : 1);
   pk.pack_map(n);
@@ -92,7 +122,30 @@ std::string encode_reply(const Reply& r) {
   }
   if (!r.event.empty()) pk.pack("event"), pk.pack(r.event);
   for (const auto& [k, v] : r.fields) pk.pack(k), pk.pack(v);
-  return std::string(buf.data(), buf.size());
+}
+
+void append_lookup_reply(std::string& frame, uint64_t id, uint64_t hits, bool pending,
+                         uint64_t lock) {
+  FixedStream stream;  // at most 1 + 2 + 2 + 3 + 9 + 3 + 1 + 5 + 9 + 5 + 9 + 8 + 1 = 58 bytes
+  msgpack::packer<FixedStream> pk(stream);
+  pk.pack_map(6);  // as append_reply packs it: the fields in name order
+  pk.pack("v"), pk.pack(kProtocolVersion);
+  pk.pack("id"), pk.pack(id);
+  pk.pack("ok"), pk.pack(true);
+  pk.pack("hits"), pk.pack(hits);
+  pk.pack("lock"), pk.pack(lock);
+  pk.pack("pending"), pk.pack(uint64_t{pending ? 1u : 0u});
+  frame.append(stream.data, stream.size);
+}
+
+std::string encode_batch(size_t count, std::string_view body) {
+  std::string frame;
+  frame.reserve(body.size() + 5);
+  StringStream stream{frame};
+  msgpack::packer<StringStream> pk(stream);
+  pk.pack_array(static_cast<uint32_t>(count));
+  frame += body;
+  return frame;
 }
 
 }  // namespace kvtier::server
