@@ -349,7 +349,7 @@ void CacheService::ok(const std::string& client, uint64_t id,
                       std::map<std::string, uint64_t> fields) {
   Reply r;
   r.id = id;
-  r.fields = std::move(fields);
+  r.fields = ReplyFields(fields);
   send(client, r);
 }
 

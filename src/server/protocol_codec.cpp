@@ -38,14 +38,22 @@ Result<uint64_t> as_uint(const msgpack::object& o, std::string_view field,
   return o.via.u64;
 }
 
-Result<std::string> as_str(const msgpack::object& o, std::string_view field, size_t max_len) {
+// A string field, as a view into the frame.
+Result<std::string_view> as_str_view(const msgpack::object& o, std::string_view field,
+                                     size_t max_len) {
   if (o.type != msgpack::type::STR) {
     return bad(codes::kMalformed, "field '" + std::string(field) + "' must be a string");
   }
   if (o.via.str.size > max_len) {
     return bad(codes::kMalformed, "field '" + std::string(field) + "' is too long");
   }
-  return std::string(o.via.str.ptr, o.via.str.size);
+  return std::string_view(o.via.str.ptr, o.via.str.size);
+}
+
+Result<std::string> as_str(const msgpack::object& o, std::string_view field, size_t max_len) {
+  auto view = as_str_view(o, field, max_len);
+  if (!view) return std::unexpected(view.error());
+  return std::string(*view);
 }
 
 Result<std::span<const msgpack::object>> as_array(const msgpack::object& o, std::string_view field,
@@ -282,14 +290,14 @@ Status read_uint(const msgpack::object& o, std::string_view field, T& out) {
 Result<Request> decode_header(const msgpack::object& root, uint64_t* request_id) {
   Request r;
   std::optional<uint64_t> version;
-  std::optional<std::string> op_name;
+  std::optional<std::string_view> op_name;
   bool has_id = false;
   Status st = for_each_field(root, "request",
                              [&](std::string_view key, const msgpack::object& v) -> Status {
                                if (key == "v")
                                  return read_value(as_uint(v, key), version.emplace());
                                if (key == "op")
-                                 return read_value(as_str(v, key, 32), op_name.emplace());
+                                 return read_value(as_str_view(v, key, 32), op_name.emplace());
                                if (key == "hook") return read_value(decode_hook(v), r.hook);
                                if (key != "id") return {};
                                if (Status s = read_uint(v, key, r.id); !s) return s;
@@ -307,7 +315,7 @@ Result<Request> decode_header(const msgpack::object& root, uint64_t* request_id)
   }
   if (!op_name) return bad(codes::kMalformed, "missing field 'op'");
   auto op = parse_op(*op_name);
-  if (!op) return bad(codes::kUnknownOp, "unknown op '" + *op_name + "'");
+  if (!op) return bad(codes::kUnknownOp, "unknown op '" + std::string(*op_name) + "'");
   r.op = *op;
   return r;
 }
@@ -438,8 +446,26 @@ std::optional<TestHook> parse_test_hook(std::string_view name) {
   return std::nullopt;
 }
 
+ReplyFields::ReplyFields(std::initializer_list<value_type> fields) {
+  for (const auto& [name, value] : fields) (*this)[name] = value;
+}
+
+ReplyFields::ReplyFields(const std::map<std::string, uint64_t>& fields)
+    : items_(fields.begin(), fields.end()) {}
+
+uint64_t& ReplyFields::operator[](std::string_view name) {
+  for (auto& [n, value] : items_) {
+    if (n == name) return value;
+  }
+  return items_.emplace_back(std::string(name), 0).second;
+}
+
+ReplyFields::const_iterator ReplyFields::find(std::string_view name) const {
+  return std::ranges::find_if(items_, [&](const value_type& f) { return f.first == name; });
+}
+
 uint64_t Reply::field(std::string_view name, uint64_t fallback) const {
-  auto it = fields.find(std::string(name));
+  auto it = fields.find(name);
   return it == fields.end() ? fallback : it->second;
 }
 
@@ -553,6 +579,7 @@ Status check_frame_size(std::span<const std::byte> frame, const DecodeLimits& li
 Result<Reply> decode_reply_object(const msgpack::object& root) {
   Reply r;
   bool has_ok = false;
+  if (root.type == msgpack::type::MAP) r.fields.reserve(root.via.map.size);
   Status st =
       for_each_field(root, "reply", [&](std::string_view key, const msgpack::object& v) -> Status {
         if (key == "ok") {
@@ -569,7 +596,7 @@ Result<Reply> decode_reply_object(const msgpack::object& root) {
           if (!n) return std::unexpected(n.error());
           r.id = *n;
         } else if (v.type == msgpack::type::POSITIVE_INTEGER) {
-          r.fields[std::string(key)] = v.via.u64;
+          r.fields[key] = v.via.u64;
         }
         return {};
       });

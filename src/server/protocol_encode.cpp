@@ -7,11 +7,16 @@
 namespace kvtier::server {
 namespace {
 
-// A msgpack stream appending to a string: messages are encoded where they are sent from.
-struct StringStream {
-  std::string& out;
-  void write(const char* data, size_t n) { out.append(data, n); }
-};
+// Packs one message into this thread's reusable buffer, then appends it to `frame` whole
+// (a string append per packed piece costs more than the packing).
+template <class Pack>
+void append_packed(std::string& frame, Pack&& pack) {
+  thread_local msgpack::sbuffer buffer;
+  buffer.clear();
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pack(pk);
+  frame.append(buffer.data(), buffer.size());
+}
 
 // A msgpack stream into a fixed buffer, for a message of known small size (one append).
 struct FixedStream {
@@ -23,23 +28,7 @@ struct FixedStream {
   }
 };
 
-}  // namespace
-
-std::string encode_request(const Request& r) {
-  std::string frame;
-  append_request(frame, r);
-  return frame;
-}
-
-std::string encode_reply(const Reply& r) {
-  std::string frame;
-  append_reply(frame, r);
-  return frame;
-}
-
-void append_request(std::string& frame, const Request& r) {
-  StringStream stream{frame};
-  msgpack::packer<StringStream> pk(stream);
+void pack_request(msgpack::packer<msgpack::sbuffer>& pk, const Request& r) {
   const bool keyed = r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve;
   const bool moves = r.op == Op::kStore || r.op == Op::kRetrieve;
   const bool hooked = r.hook != TestHook::kNone;
@@ -107,9 +96,7 @@ void append_request(std::string& frame, const Request& r) {
   if (r.op == Op::kRetrieve || r.op == Op::kRelease) pk.pack("lock"), pk.pack(r.lock);
 }
 
-void append_reply(std::string& frame, const Reply& r) {
-  StringStream stream{frame};
-  msgpack::packer<StringStream> pk(stream);
+void pack_reply(msgpack::packer<msgpack::sbuffer>& pk, const Reply& r) {
   uint32_t n =
       3 + static_cast<uint32_t>(r.fields.size()) + (r.ok ? 0 : 2) + (r.event.empty() ? 0 : 1);
   pk.pack_map(n);
@@ -124,26 +111,48 @@ void append_reply(std::string& frame, const Reply& r) {
   for (const auto& [k, v] : r.fields) pk.pack(k), pk.pack(v);
 }
 
+}  // namespace
+
+std::string encode_request(const Request& r) {
+  std::string frame;
+  append_request(frame, r);
+  return frame;
+}
+
+std::string encode_reply(const Reply& r) {
+  std::string frame;
+  append_reply(frame, r);
+  return frame;
+}
+
+void append_request(std::string& frame, const Request& r) {
+  append_packed(frame, [&](msgpack::packer<msgpack::sbuffer>& pk) { pack_request(pk, r); });
+}
+
+void append_reply(std::string& frame, const Reply& r) {
+  append_packed(frame, [&](msgpack::packer<msgpack::sbuffer>& pk) { pack_reply(pk, r); });
+}
+
 void append_lookup_reply(std::string& frame, uint64_t id, uint64_t hits, bool pending,
                          uint64_t lock) {
   FixedStream stream;  // at most 1 + 2 + 2 + 3 + 9 + 3 + 1 + 5 + 9 + 5 + 9 + 8 + 1 = 58 bytes
   msgpack::packer<FixedStream> pk(stream);
-  pk.pack_map(6);  // as append_reply packs it: the fields in name order
+  pk.pack_map(6);  // the fields LookupAnswer::reply sets, as append_reply packs them
   pk.pack("v"), pk.pack(kProtocolVersion);
   pk.pack("id"), pk.pack(id);
   pk.pack("ok"), pk.pack(true);
   pk.pack("hits"), pk.pack(hits);
-  pk.pack("lock"), pk.pack(lock);
   pk.pack("pending"), pk.pack(uint64_t{pending ? 1u : 0u});
+  pk.pack("lock"), pk.pack(lock);
   frame.append(stream.data, stream.size);
 }
 
 std::string encode_batch(size_t count, std::string_view body) {
   std::string frame;
   frame.reserve(body.size() + 5);
-  StringStream stream{frame};
-  msgpack::packer<StringStream> pk(stream);
-  pk.pack_array(static_cast<uint32_t>(count));
+  append_packed(frame, [&](msgpack::packer<msgpack::sbuffer>& pk) {
+    pk.pack_array(static_cast<uint32_t>(count));
+  });
   frame += body;
   return frame;
 }

@@ -14,11 +14,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvtier/core/chunk_key.h"
@@ -126,13 +128,41 @@ struct Request {
 // '?'), cut to at most kMaxErrorMessage bytes between characters, never inside one.
 std::string utf8_message(std::string_view text);
 
+// A reply's integer fields by name, each once, in the order they were added (decoded: as they
+// came). Flat: a LOOKUP reply has three and a client decodes hundreds of thousands a second;
+// finding a name is a scan (STATS, the largest reply, has about a hundred).
+class ReplyFields {
+ public:
+  using value_type = std::pair<std::string, uint64_t>;
+  using const_iterator = std::vector<value_type>::const_iterator;
+
+  ReplyFields() = default;
+  ReplyFields(std::initializer_list<value_type> fields);
+  explicit ReplyFields(const std::map<std::string, uint64_t>& fields);
+
+  // The field's value, added as 0 when absent.
+  uint64_t& operator[](std::string_view name);
+  const_iterator find(std::string_view name) const;
+  bool contains(std::string_view name) const { return find(name) != end(); }
+  const_iterator begin() const { return items_.begin(); }
+  const_iterator end() const { return items_.end(); }
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  void reserve(size_t n) { items_.reserve(n); }
+  std::map<std::string, uint64_t> to_map() const { return {begin(), end()}; }
+  bool operator==(const ReplyFields& other) const { return to_map() == other.to_map(); }
+
+ private:
+  std::vector<value_type> items_;
+};
+
 struct Reply {
   uint64_t id = 0;
   bool ok = true;
-  std::string code;                        // error replies
-  std::string message;                     // error replies, at most kMaxErrorMessage bytes
-  std::string event;                       // unsolicited events ("shutdown"), id 0
-  std::map<std::string, uint64_t> fields;  // every other reply field (all unsigned integers)
+  std::string code;     // error replies
+  std::string message;  // error replies, at most kMaxErrorMessage bytes
+  std::string event;    // unsolicited events ("shutdown"), id 0
+  ReplyFields fields;   // every other reply field (all unsigned integers)
 
   uint64_t field(std::string_view name, uint64_t fallback = 0) const;
   static Reply error(uint64_t id, std::string_view code, std::string_view message);
@@ -157,9 +187,9 @@ std::string encode_reply(const Reply& reply);
 // Append the same bytes to `frame` (to build a batch's body without a copy per message).
 void append_request(std::string& frame, const Request& request);
 void append_reply(std::string& frame, const Reply& reply);
-// A LOOKUP's success reply: the bytes encode_reply gives for Reply{id, fields {hits, lock,
-// pending}}, appended without building that Reply (the socket loop answers LOOKUPs at a rate
-// where its map costs more than the lookup).
+// A LOOKUP's success reply: the bytes encode_reply gives for Reply{id, fields {hits, pending,
+// lock}} (in that order), appended without building that Reply (the socket loop answers LOOKUPs at
+// a rate where its map costs more than the lookup).
 void append_lookup_reply(std::string& frame, uint64_t id, uint64_t hits, bool pending,
                          uint64_t lock);
 
