@@ -246,11 +246,11 @@ TEST_F(KvtierdLookupTest, F12_SocketLoopLocksHoldUnderConcurrentStoresEvictionsA
   const auto fill_chunk = [](SharedKvRegion& region, uint32_t first_block, uint64_t key) {
     for (uint32_t b = 0; b < 4; ++b) region.fill_block(first_block + b, key * 4 + b);
   };
-  std::atomic<bool> stop{false};
   std::atomic<int> failures{0};
-  std::thread writes([&] {
+  // Both stop (and are joined) when the test ends, also at a failed ASSERT.
+  std::jthread writes([&](std::stop_token stop) {
     std::mt19937_64 rng(7);
-    for (int i = 0; !stop.load(); ++i) {
+    for (int i = 0; !stop.stop_requested(); ++i) {
       const uint64_t first = rng() % 200;  // 200 keys, 64 slots: stores keep evicting
       const auto keys = test_keys(first, 8);
       const bool fail = i % 5 == 4;
@@ -264,9 +264,9 @@ TEST_F(KvtierdLookupTest, F12_SocketLoopLocksHoldUnderConcurrentStoresEvictionsA
       if (r.outcome != (fail ? Outcome::kFailed : Outcome::kCompleted)) ++failures;
     }
   });
-  std::thread expiring([&] {
+  std::jthread expiring([&](std::stop_token stop) {
     std::mt19937_64 rng(8);
-    while (!stop.load()) {
+    while (!stop.stop_requested()) {
       // Expires on its own; past server.max_locks (locks expire on the service thread's next
       // turn) a lookup is refused, as documented.
       auto found = expirer->lookup(test_keys(rng() % 200, 4), 1ms).get();
@@ -305,7 +305,8 @@ TEST_F(KvtierdLookupTest, F12_SocketLoopLocksHoldUnderConcurrentStoresEvictionsA
     }
     ++retrieved;
   }
-  stop = true;
+  writes.request_stop();
+  expiring.request_stop();
   writes.join();
   expiring.join();
   EXPECT_EQ(failures.load(), 0);
