@@ -85,9 +85,6 @@ class SocketLoop {
   // One frame: a request or a batch of them (each as if in its own frame); the replies given at
   // once go back in one frame (an array for a batch).
   void admit(const std::string& client, std::vector<zmq::message_t>& parts);
-  // One request: answers bad requests, disabled hooks, PING, requests over the client's
-  // in-flight limit and (lookup_now) LOOKUP itself, adding the reply to `now`; posts the rest
-  // to the service.
   // The replies one frame's requests got at once, encoded one after the other.
   struct Answers {
     std::string body;
@@ -97,6 +94,9 @@ class SocketLoop {
       ++count;
     }
   };
+  // One request: answers bad requests, disabled hooks, PING, requests over the client's
+  // in-flight limit and (lookup_now) LOOKUP itself, adding the reply to `now`; posts the rest
+  // to the service.
   void admit_one(const std::string& client, Peer& peer, Result<Request> request, uint64_t id,
                  Answers& now);
   // One reply from the service: the empty routing id marks the drain.
