@@ -50,17 +50,6 @@ double ms_between(BenchClock::time_point a, BenchClock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Samples of `name` in a /metrics text, summed over its labels.
-double metric_sum(const std::string& text, const std::string& name) {
-  std::istringstream lines(text);
-  double total = 0;
-  for (std::string line; std::getline(lines, line);) {
-    if (line.starts_with(name + "{") || line.starts_with(name + " "))
-      total += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return total;
-}
-
 // Samples of `name` per `core` label.
 std::map<std::string, double> metric_by_core(const std::string& text, const std::string& name) {
   std::istringstream lines(text);

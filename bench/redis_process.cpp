@@ -215,7 +215,8 @@ Result<std::unique_ptr<RedisClusterProcess>> RedisClusterProcess::start(
     Result<std::unique_ptr<RedisServerProcess>> node = RedisServerProcess::start(
         {.directory = dir,
          .extra_args = {"--cluster-enabled", "yes", "--cluster-config-file",
-                        (dir / "nodes.conf").string(), "--cluster-node-timeout", "2000"}},
+                        (dir / "nodes.conf").string(), "--cluster-node-timeout", "2000",
+                        "--cluster-require-full-coverage", "no"}},
         ready_timeout);
     if (!node) return std::unexpected(node.error());
     create.push_back((*node)->address());
@@ -229,17 +230,23 @@ Result<std::unique_ptr<RedisClusterProcess>> RedisClusterProcess::start(
   }
   const TimePoint deadline = SteadyClock::instance().now() + ready_timeout;
   for (auto& node : cluster->nodes_) {
-    for (;;) {
-      Result<std::string> info = node->command({"CLUSTER", "INFO"}, std::chrono::milliseconds(500));
-      if (info && info->find("cluster_state:ok") != std::string::npos) break;
-      if (SteadyClock::instance().now() >= deadline) {
-        return make_error(ErrorCode::kUnavailable,
-                          "cluster node " + node->address() + " never reached cluster_state:ok");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling cluster convergence
-    }
+    const Duration left = std::max<Duration>(deadline - SteadyClock::instance().now(), {});
+    if (Status ok = wait_serving(*node, left); !ok) return std::unexpected(ok.error());
   }
   return cluster;
+}
+
+Status RedisClusterProcess::wait_serving(const RedisServerProcess& node, Duration timeout) {
+  const TimePoint deadline = SteadyClock::instance().now() + timeout;
+  for (;;) {
+    Result<std::string> info = node.command({"CLUSTER", "INFO"}, std::chrono::milliseconds(500));
+    if (info && info->find("cluster_state:ok") != std::string::npos) return {};
+    if (SteadyClock::instance().now() >= deadline) {
+      return make_error(ErrorCode::kUnavailable,
+                        "cluster node " + node.address() + " never reached cluster_state:ok");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling cluster convergence
+  }
 }
 
 }  // namespace kvtier::bench

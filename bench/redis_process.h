@@ -58,13 +58,16 @@ class RedisServerProcess {
   ChildProcess process_;
 };
 
-// Three masters, no replicas, all 16384 slots assigned (redis-cli --cluster create).
+// Three masters, no replicas, all 16384 slots assigned (redis-cli --cluster create), with
+// cluster-require-full-coverage off: while a master is down the others serve their slots.
 class RedisClusterProcess {
  public:
   static Result<std::unique_ptr<RedisClusterProcess>> start(const std::filesystem::path& directory,
                                                             Duration ready_timeout);
   std::string url() const { return nodes_.front()->url(); }
   std::vector<std::unique_ptr<RedisServerProcess>>& nodes() { return nodes_; }
+  // Waits until `node` reports cluster_state:ok (it serves its slots), within `timeout`.
+  static Status wait_serving(const RedisServerProcess& node, Duration timeout);
 
  private:
   std::vector<std::unique_ptr<RedisServerProcess>> nodes_;

@@ -7,10 +7,22 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
 namespace kvtier::bench {
+
+double metric_sum(const std::string& metrics_text, const std::string& name) {
+  std::istringstream lines(metrics_text);
+  double total = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with(name + "{") || line.starts_with(name + " "))
+      total += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return total;
+}
+
 namespace {
 
 using BenchClock = std::chrono::steady_clock;

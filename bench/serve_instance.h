@@ -35,6 +35,9 @@ struct StreamResult {
   double wall_ms = 0;             // from the request to its end
 };
 
+// Samples of `name` in a /metrics text, summed over their labels (0 when there is none).
+double metric_sum(const std::string& metrics_text, const std::string& name);
+
 class ServeInstance {
  public:
   // Starts `exe serve --set s...` and waits (up to `ready_timeout`) for its port line and for

@@ -6,10 +6,12 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -215,7 +217,7 @@ class RawDisk {
   bool uring_ = false;
 };
 
-// ---- redis baseline: pipelined SET/GET over one connection ----
+// ---- redis baseline: pipelined SET/GET straight to Redis over hiredis ----
 
 struct RawRedis {
   redisContext* c = nullptr;
@@ -225,6 +227,8 @@ struct RawRedis {
     redisSetTimeout(c, timeval{30, 0});
   }
   ~RawRedis() { redisFree(c); }
+  RawRedis(const RawRedis&) = delete;
+  RawRedis& operator=(const RawRedis&) = delete;
   // Appends n commands (built by argv(i)), then reads n replies; throws on an error reply.
   template <class Argv>
   void pipeline(size_t n, Argv argv, int expect_type) {
@@ -245,9 +249,51 @@ struct RawRedis {
 
 using Argv = std::pair<std::vector<const char*>, std::vector<size_t>>;
 
-double raw_set(RawRedis& r, const std::vector<std::string>& names, const Workload& w,
-               size_t batch) {
-  return timed_batches(w, batch, [&](size_t first, size_t n) {
+// How the baseline moves the chunks: `connections` hiredis connections, each on its own
+// thread with an equal share of the chunks, each sending pipelines of `depth` commands.
+struct RawShape {
+  size_t depth;
+  size_t connections;
+};
+constexpr size_t kRawDepths[] = {4, 16, 64};
+constexpr size_t kRawConnections[] = {1, 2, 4};
+
+// Runs op(connection, first, n) over the workload's chunks in the given shape; its seconds.
+template <class Op>
+double raw_run(std::vector<std::unique_ptr<RawRedis>>& redis, RawShape shape, size_t count, Op op) {
+  const auto share = [&](size_t t) {
+    const size_t begin = count * t / shape.connections;
+    const size_t end = count * (t + 1) / shape.connections;
+    for (size_t i = begin; i < end; i += shape.depth) {
+      op(*redis[t], i, std::min(shape.depth, end - i));
+    }
+  };
+  const auto t0 = Clock::now();
+  if (shape.connections == 1) {
+    share(0);
+  } else {
+    std::vector<std::thread> threads;
+    std::exception_ptr failure;
+    std::mutex failure_mutex;
+    for (size_t t = 0; t < shape.connections; ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          share(t);
+        } catch (...) {
+          std::lock_guard lock(failure_mutex);
+          failure = std::current_exception();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    if (failure) std::rethrow_exception(failure);
+  }
+  return seconds_since(t0);
+}
+
+double raw_set(std::vector<std::unique_ptr<RawRedis>>& redis, RawShape shape,
+               const std::vector<std::string>& names, const Workload& w) {
+  return raw_run(redis, shape, w.keys.size(), [&](RawRedis& r, size_t first, size_t n) {
     r.pipeline(
         n,
         [&](size_t i) {
@@ -259,8 +305,9 @@ double raw_set(RawRedis& r, const std::vector<std::string>& names, const Workloa
   });
 }
 
-double raw_get(RawRedis& r, const std::vector<std::string>& names, Workload& w, size_t batch) {
-  return timed_batches(w, batch, [&](size_t first, size_t n) {
+double raw_get(std::vector<std::unique_ptr<RawRedis>>& redis, RawShape shape,
+               const std::vector<std::string>& names, const Workload& w) {
+  return raw_run(redis, shape, w.keys.size(), [&](RawRedis& r, size_t first, size_t n) {
     r.pipeline(
         n,
         [&](size_t i) {
@@ -421,35 +468,76 @@ void bench_redis(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
   const size_t colon = host_port.rfind(':');
   const std::string host = host_port.substr(0, colon);
   const int port = colon == std::string::npos ? 6379 : std::stoi(host_port.substr(colon + 1));
-  RawRedis raw(host, port);
+  std::vector<std::unique_ptr<RawRedis>> raw;
+  for (size_t c = 0; c < std::ranges::max(kRawConnections); ++c) {
+    raw.push_back(std::make_unique<RawRedis>(host, port));
+  }
   auto tier = RedisTier::open({.url = url, .key_prefix = "kvtier-bench:tier:"});
   if (!tier) throw std::runtime_error(tier.error().to_string());
+  std::vector<RawShape> shapes;
+  for (size_t depth : kRawDepths) {
+    for (size_t connections : kRawConnections) shapes.push_back({depth, connections});
+  }
+  const auto raw_names = [](const Workload& w, RawShape shape) {
+    std::vector<std::string> names;
+    for (const ChunkKey& k : w.keys) {
+      names.push_back("kvtier-bench:raw:" + std::to_string(shape.depth) + "x" +
+                      std::to_string(shape.connections) + ":" + k.hex());
+    }
+    return names;
+  };
   for (size_t chunk_bytes : o.chunk_bytes) {
     const size_t count = std::max<size_t>(1, o.total_bytes / chunk_bytes);
+    // 1. The baseline's best shape for this size: every shape, best of `repeat` rounds.
+    std::vector<double> shape_set(shapes.size(), 1e30), shape_get(shapes.size(), 1e30);
+    for (int r = 0; r < o.repeat; ++r) {
+      Workload w(chunk_bytes, count, ++salt);
+      for (size_t s = 0; s < shapes.size(); ++s) {
+        const std::vector<std::string> names = raw_names(w, shapes[s]);
+        shape_set[s] = std::min(shape_set[s], raw_set(raw, shapes[s], names, w));
+        shape_get[s] = std::min(shape_get[s], raw_get(raw, shapes[s], names, w));
+        unlink_keys(*raw[0], names);
+      }
+    }
+    const RawShape set_shape = shapes[std::ranges::min_element(shape_set) - shape_set.begin()];
+    const RawShape get_shape = shapes[std::ranges::min_element(shape_get) - shape_get.begin()];
+    // 2. The tier against that shape, in turns, as many times each: best of `repeat`.
     double put = 1e30, get = 1e30, set = 1e30, raw_get_s = 1e30;
     for (int r = 0; r < o.repeat; ++r) {
       Workload w(chunk_bytes, count, ++salt);
-      std::vector<std::string> tier_names, raw_names;
-      for (const ChunkKey& k : w.keys) {
-        tier_names.push_back((*tier)->redis_key(k));
-        raw_names.push_back("kvtier-bench:raw:" + k.hex());
-      }
+      std::vector<std::string> tier_names;
+      for (const ChunkKey& k : w.keys) tier_names.push_back((*tier)->redis_key(k));
+      const std::vector<std::string> names = raw_names(w, set_shape);
+      const auto baseline = [&] {
+        set = std::min(set, raw_set(raw, set_shape, names, w));
+        raw_get_s = std::min(raw_get_s, raw_get(raw, get_shape, names, w));
+      };
       // Each side goes first in every other round, so neither always meets a fuller server.
       const bool raw_first = r % 2 == 0;
-      if (raw_first) set = std::min(set, raw_set(raw, raw_names, w, o.batch_chunks));
+      if (raw_first) baseline();
       put = std::min(put, tier_put(**tier, w, o.batch_chunks));
-      if (!raw_first) set = std::min(set, raw_set(raw, raw_names, w, o.batch_chunks));
-      if (raw_first) raw_get_s = std::min(raw_get_s, raw_get(raw, raw_names, w, o.batch_chunks));
       get = std::min(get, tier_get(**tier, w, o.batch_chunks));
-      if (!raw_first) raw_get_s = std::min(raw_get_s, raw_get(raw, raw_names, w, o.batch_chunks));
-      unlink_keys(raw, raw_names);  // leaves a server we were given as we found it
-      unlink_keys(raw, tier_names);
+      if (!raw_first) baseline();
+      unlink_keys(*raw[0], names);  // leaves a server we were given as we found it
+      unlink_keys(*raw[0], tier_names);
     }
     const double bytes = double(chunk_bytes) * count;
+    const auto extra = [&](RawShape best, const std::vector<double>& seconds) {
+      nlohmann::ordered_json all = nlohmann::ordered_json::object();
+      for (size_t s = 0; s < shapes.size(); ++s) {
+        all[std::to_string(shapes[s].depth) + "x" + std::to_string(shapes[s].connections)] =
+            bytes / seconds[s] / 1e9;
+      }
+      return nlohmann::ordered_json{{"baseline_depth", best.depth},
+                                    {"baseline_connections", best.connections},
+                                    {"batch_chunks", o.batch_chunks},
+                                    {"baseline_shapes_gbps", all}};
+    };
+    const std::string how = "best of depth 4/16/64 x 1/2/4 connections (a thread each)";
     row(out, o.json, "redis", "put", chunk_bytes, count, bytes, put, set,
-        "pipelined SET over one hiredis connection");
+        "pipelined SET over hiredis, " + how, extra(set_shape, shape_set));
     row(out, o.json, "redis", "get", chunk_bytes, count, bytes, get, raw_get_s,
-        "pipelined GET over one hiredis connection");
+        "pipelined GET over hiredis, " + how, extra(get_shape, shape_get));
   }
 }
 

@@ -7,11 +7,15 @@
 //          batch_chunks, as the tier's calls are) take turns in 8 MiB slices, so that they meet
 //          a drifting device alike. Then op "verify": the tier's chunk checksum (xxh3, the
 //          widest build this CPU runs) vs Debian's libxxhash xxh3 over the same cold chunks.
-//   redis  RedisTier put/get (records, pipelined, pooled) vs pipelined SET/GET of the same
-//          sizes straight to Redis over one hiredis connection.
+//   redis  RedisTier put/get (records, pipelined, pooled; one caller, calls of batch_chunks)
+//          vs pipelined SET/GET of the same sizes straight to Redis over hiredis in its best
+//          shape: pipelines of 4, 16 or 64 commands over 1, 2 or 4 connections (a thread
+//          each), each measured `repeat` times first; then the tier and that shape take turns,
+//          `repeat` times each, and the best of each is compared.
 // Rows: bench, tier, op, chunk_bytes, chunks, kvtier_gbps, baseline_gbps, ratio, baseline;
 // disk put/get rows add queue_depth, batch_chunks, batch_baseline_gbps, batch_ratio and io,
-// verify rows add kernel.
+// verify rows add kernel; redis rows add baseline_depth and baseline_connections (the best
+// shape), batch_chunks and baseline_shapes_gbps (every shape's best, "<depth>x<connections>").
 #pragma once
 
 #include <cstddef>

@@ -17,6 +17,7 @@
 #include "bench_row.h"
 #include "filler_text.h"
 #include "kvtier/core/child_process.h"
+#include "kvtier/engine/engine_shape.h"
 #include "serve_instance.h"
 
 namespace kvtier::bench {
@@ -83,38 +84,85 @@ int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
         "cache.host_bytes=1GiB",
         std::string("connector.enabled=") + (offload ? "true" : "false")};
   };
+  // The disk tier below a host pool that, like the device, holds about one and a half
+  // conversations: a returning user's prefix is in neither, only on disk.
+  const std::filesystem::path disk_dir =
+      std::filesystem::temp_directory_path() / ("kvtier-bench-disk-" + std::to_string(getpid()));
+  uint64_t tiered_host_bytes = 0;
+  auto disk_sets = [&] {
+    Config c;
+    c.engine.world_size = o.world_size;
+    c.model.max_context = static_cast<uint32_t>(max_context);
+    c.layout.block_size = static_cast<uint32_t>(block);
+    c.layout.blocks_per_chunk = 4;
+    const EngineShape shape = engine_shape(c);
+    const uint64_t chunk_tokens = block * 4;
+    const uint64_t chunk_bytes = uint64_t{shape.layout.max_chunk_bytes()} * shape.world_size;
+    tiered_host_bytes = (longest * 3 / 2 + chunk_tokens - 1) / chunk_tokens * chunk_bytes;
+    std::vector<std::string> s = sets(true);
+    s.push_back("cache.host_bytes=" + std::to_string(tiered_host_bytes));
+    s.push_back("tiers.disk_path=" + disk_dir.string());
+    return s;
+  };
+  struct RemoveDir {
+    std::filesystem::path dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } remove_disk_dir{disk_dir};
   try {
     Server off(exe, sets(false));
     Server on(exe, sets(true));
+    Server disk(exe, disk_sets());
     std::mt19937_64 rng(7);
     std::vector<std::string> history(o.users);
     for (std::string& h : history) h = filler_text(rng, o.history_tokens);
-    std::vector<double> ttft_on, ttft_off;
+    std::vector<double> ttft_on, ttft_off, ttft_disk;
     for (uint32_t turn = 0; turn < o.turns; ++turn) {
       for (uint32_t u = 0; u < o.users; ++u) {
         const std::string prompt = history[u] + "\nuser: " + filler_text(rng, o.message_tokens);
         const auto [t_off, text_off] = off.complete(prompt, o.answer_tokens);
         const auto [t_on, text_on] = on.complete(prompt, o.answer_tokens);
-        if (text_on != text_off)
-          throw std::runtime_error("outputs differ with the cache on and off");
-        // The first turn computes every document on both servers: not a returning user.
+        const auto [t_disk, text_disk] = disk.complete(prompt, o.answer_tokens);
+        if (text_on != text_off || text_disk != text_off)
+          throw std::runtime_error(
+              "outputs differ with the cache on, on with the disk tier, and off");
+        // The first turn computes every document on every server: not a returning user.
         if (turn > 0) {
           ttft_off.push_back(t_off);
           ttft_on.push_back(t_on);
+          ttft_disk.push_back(t_disk);
         }
         history[u] = prompt + "\nassistant: " + text_on;
       }
     }
-    const double p50_off = percentile(ttft_off, 0.5), p50_on = percentile(ttft_on, 0.5);
-    for (bool cache : {false, true}) {
+    // cache "on": the host cache holds every conversation; "disk": a host cache for about one
+    // and a half conversations, and the disk tier below it.
+    const double p50_off = percentile(ttft_off, 0.5);
+    for (const char* cache : {"off", "on", "disk"}) {
+      const std::vector<double>& ttft = cache == std::string("off")  ? ttft_off
+                                        : cache == std::string("on") ? ttft_on
+                                                                     : ttft_disk;
+      const double p50 = percentile(ttft, 0.5);
       nlohmann::ordered_json row{{"bench", "workload"},
-                                 {"cache", cache ? "on" : "off"},
+                                 {"cache", cache},
                                  {"users", o.users},
                                  {"turns", o.turns},
                                  {"history_tokens", o.history_tokens},
-                                 {"ttft_p50_ms", cache ? p50_on : p50_off},
-                                 {"ttft_p99_ms", percentile(cache ? ttft_on : ttft_off, 0.99)}};
-      if (cache) row["ratio"] = p50_on > 0 ? p50_off / p50_on : 0;
+                                 {"ttft_p50_ms", p50},
+                                 {"ttft_p99_ms", percentile(ttft, 0.99)}};
+      if (cache == std::string("disk")) {
+        row["host_bytes"] = tiered_host_bytes;
+        const std::string metrics = disk.get("/metrics").body;
+        row["disk_chunks_read"] = metric_sum(metrics, "kvtier_core_kvtier_tier_disk_hits_total");
+        row["disk_chunks_written"] =
+            metric_sum(metrics, "kvtier_core_kvtier_tier_disk_chunks_written_total");
+      }
+      if (cache != std::string("off")) {
+        row["ratio"] = p50 > 0 ? p50_off / p50 : 0;
+        row["outputs_identical"] = true;  // checked request by request above
+      }
       emit(out, o.json, row);
     }
   } catch (const std::exception& e) {

@@ -2,8 +2,9 @@
 // real processes. Several users each keep a conversation whose history starts with a long
 // document and grows by a message and an answer every turn; the device is too small to keep
 // every user's history, so a returning user's prefix is either recomputed (cache off) or loaded
-// from kvtier's host cache (cache on). Both servers run side by side in one run, requests
-// interleaved, and time to first token (TTFT) is measured from the client. Rows
+// from kvtier's host cache (cache on), or from the disk tier below a host pool that holds about
+// one and a half conversations (cache disk). The three servers run side by side in one run,
+// requests interleaved, and time to first token (TTFT) is measured from the client. Rows
 // `workload_pressure` run requests 8 at a time over shared documents on a device that holds
 // about one and a half of them, cache off and on, and count the requests that completed. A last
 // row measures

@@ -14,7 +14,7 @@
 #   kvtier::cuda           libkvtier_cuda.so (KVTIER_CUDA builds; KVTIER_HAS_CUDA=1)
 #   kvtier::kvtier_static  libkvtier.a, and kvtier::cuda_static: COMPONENTS static, which makes the
 #                          package config find the libraries they link (xxhash, yaml-cpp, libzmq,
-#                          hiredis, liburing, the static CUDA runtime)
+#                          liburing, the static CUDA runtime)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -46,14 +46,13 @@ target_link_libraries(kvtier_shared PUBLIC Threads::Threads PRIVATE ${KVTIER_PAC
 target_link_options(kvtier_shared PRIVATE LINKER:--no-undefined)
 
 # The private dependencies a static link needs, under the names the package config gives them.
-pkg_check_modules(KVTIER_PKG_HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(KVTIER_PKG_LIBURING REQUIRED IMPORTED_TARGET liburing)
 add_library(kvtier_static STATIC ${kvtier_objects})
 kvtier_package_interface(kvtier_static)
 set_target_properties(kvtier_static PROPERTIES OUTPUT_NAME kvtier EXPORT_NAME kvtier_static)
 target_link_libraries(kvtier_static INTERFACE Threads::Threads
   $<LINK_ONLY:PkgConfig::XXHASH> $<LINK_ONLY:yaml-cpp> $<LINK_ONLY:cppzmq>
-  $<LINK_ONLY:PkgConfig::KVTIER_PKG_HIREDIS> $<LINK_ONLY:PkgConfig::KVTIER_PKG_LIBURING>)
+  $<LINK_ONLY:PkgConfig::KVTIER_PKG_LIBURING>)
 
 set(kvtier_shared_targets kvtier_shared)
 set(kvtier_static_targets kvtier_static)

@@ -56,7 +56,7 @@ Status check_name(std::string_view name) {
 
 }  // namespace
 
-HostPool::HostPool(Device& device, size_t slot_bytes, size_t num_slots, std::string shm_name,
+HostPool::HostPool(Device* device, size_t slot_bytes, size_t num_slots, std::string shm_name,
                    bool owns_name)
     : device_(device),
       slot_bytes_(slot_bytes),
@@ -67,13 +67,18 @@ HostPool::HostPool(Device& device, size_t slot_bytes, size_t num_slots, std::str
 HostPool::~HostPool() {
   if (registered_) {
     try {
-      device_.unregister_host(base_);
+      device_->unregister_host(base_);
     } catch (const DeviceFault&) {
       // ignored: a faulted device context is being torn down; the mapping goes regardless.
     }
   }
   if (base_) munmap(base_, bytes());
+  unlink_name();
+}
+
+void HostPool::unlink_name() {
   if (owns_name_) shm_unlink(shm_name_.c_str());
+  owns_name_ = false;
 }
 
 Result<std::unique_ptr<HostPool>> HostPool::create(Device& device, size_t slot_bytes,
@@ -81,8 +86,20 @@ Result<std::unique_ptr<HostPool>> HostPool::create(Device& device, size_t slot_b
   if (auto st = check_sizes(slot_bytes, num_slots); !st) return std::unexpected(st.error());
   if (shm_name.empty()) {
     return map_and_register(
-        std::unique_ptr<HostPool>(new HostPool(device, slot_bytes, num_slots, "", false)), -1);
+        std::unique_ptr<HostPool>(new HostPool(&device, slot_bytes, num_slots, "", false)), -1);
   }
+  return create_named(&device, slot_bytes, num_slots, shm_name);
+}
+
+Result<std::unique_ptr<HostPool>> HostPool::create_unregistered(size_t slot_bytes, size_t num_slots,
+                                                                std::string_view shm_name) {
+  if (auto st = check_sizes(slot_bytes, num_slots); !st) return std::unexpected(st.error());
+  return create_named(nullptr, slot_bytes, num_slots, shm_name);
+}
+
+Result<std::unique_ptr<HostPool>> HostPool::create_named(Device* device, size_t slot_bytes,
+                                                         size_t num_slots,
+                                                         std::string_view shm_name) {
   if (auto st = check_name(shm_name); !st) return std::unexpected(st.error());
   const std::string name(shm_name);
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -121,7 +138,7 @@ Result<std::unique_ptr<HostPool>> HostPool::open_existing(Device& device, std::s
     return make_error(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kUnavailable,
                       "host pool: cannot open shared memory " + name + ": " + os_error(err));
   }
-  std::unique_ptr<HostPool> pool(new HostPool(device, slot_bytes, num_slots, name, false));
+  std::unique_ptr<HostPool> pool(new HostPool(&device, slot_bytes, num_slots, name, false));
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int err = errno;
@@ -151,11 +168,12 @@ Result<std::unique_ptr<HostPool>> HostPool::map_and_register(std::unique_ptr<Hos
                           size_text(pool->slot_bytes_, pool->num_slots_) + "): " + os_error(err));
   }
   pool->base_ = static_cast<std::byte*>(p);
+  if (pool->device_ == nullptr) return pool;
   try {
-    pool->base_address_ = pool->device_.register_host(pool->base_, pool->bytes());
+    pool->base_address_ = pool->device_->register_host(pool->base_, pool->bytes());
   } catch (const DeviceFault& fault) {
     return make_error(ErrorCode::kDeviceFault,
-                      "host pool: " + pool->device_.name() + " cannot register " +
+                      "host pool: " + pool->device_->name() + " cannot register " +
                           std::to_string(pool->bytes()) + " bytes: " + fault.what());
   }
   pool->registered_ = true;
@@ -176,6 +194,8 @@ std::byte* HostPool::slot_ptr(SlotId slot) const {
 
 DeviceAddress HostPool::slot_address(SlotId slot) const {
   check_slot(slot);
+  if (!registered_)
+    throw std::logic_error("HostPool: " + shm_name_ + " is registered with no device");
   return base_address_ + uint64_t{slot} * slot_bytes_;
 }
 

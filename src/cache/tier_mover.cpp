@@ -4,6 +4,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kvtier/tier/tier_factory.h"
+
 namespace kvtier {
 
 Result<WritePolicy> parse_write_policy(std::string_view name) {
@@ -19,17 +21,36 @@ TierMoverOptions tier_mover_options(const TiersConfig& config) {
   return TierMoverOptions{.write_queue_chunks = config.write_queue_chunks, .write_policy = *policy};
 }
 
+Result<std::vector<MoverTier>> make_mover_tiers(const TiersConfig& config, const KeyNamespace& ns) {
+  auto made = make_tiers(config, ns);
+  if (!made) return std::unexpected(made.error());
+  std::vector<MoverTier> tiers;
+  for (auto& tier : *made) {
+    const Duration timeout = tier_timeout(config, tier->name());
+    tiers.push_back(MoverTier{.tier = std::move(tier), .timeout = timeout});
+  }
+  return tiers;
+}
+
 TierMover::TierMover(CacheManager& cache, const HostPool& pool, std::vector<MoverTier> tiers,
                      TierMoverOptions options)
-    : cache_(cache), pool_(pool), tiers_(std::move(tiers)), options_(options) {
+    : TierMover(cache, std::vector<const HostPool*>{&pool}, std::move(tiers), options) {}
+
+TierMover::TierMover(CacheManager& cache, std::vector<const HostPool*> pools,
+                     std::vector<MoverTier> tiers, TierMoverOptions options)
+    : cache_(cache), pools_(std::move(pools)), tiers_(std::move(tiers)), options_(options) {
+  if (pools_.empty()) throw std::invalid_argument("TierMover: no host pool");
+  for (const HostPool* pool : pools_) {
+    if (pool == nullptr) throw std::invalid_argument("TierMover: a host pool is null");
+    if (pool->slot_bytes() != cache_.slot_bytes() || pool->num_slots() < cache_.num_slots()) {
+      throw std::invalid_argument("TierMover: a pool's slots differ from the cache's");
+    }
+  }
   for (const MoverTier& t : tiers_) {
     if (!t.tier) throw std::invalid_argument("TierMover: a tier is null");
   }
   if (options_.write_queue_chunks == 0 || options_.write_batch_chunks == 0) {
     throw std::invalid_argument("TierMover: write_queue_chunks and write_batch_chunks must be > 0");
-  }
-  if (pool_.slot_bytes() != cache_.slot_bytes()) {
-    throw std::invalid_argument("TierMover: the pool's slot size differs from the cache's");
   }
   writer_ = std::thread([this] { writer_loop(); });
   prefetcher_ = std::thread([this] { prefetch_loop(); });
@@ -59,8 +80,11 @@ bool TierMover::enqueue_write(const ChunkKey& key, SlotId slot) {
     }
   }
   // Copied now, on the owner thread: the slot may be rewritten once the caller goes on.
-  const std::byte* src = pool_.slot_ptr(slot);
-  WriteEntry entry{key, std::vector<std::byte>(src, src + pool_.slot_bytes())};
+  WriteEntry entry{key, std::vector<std::byte>(chunk_bytes())};
+  for (size_t p = 0; p < pools_.size(); ++p) {
+    std::memcpy(entry.bytes.data() + p * cache_.slot_bytes(), pools_[p]->slot_ptr(slot),
+                cache_.slot_bytes());
+  }
   {
     std::lock_guard lock(mutex_);
     write_queue_.push_back(std::move(entry));
@@ -74,6 +98,7 @@ void TierMover::on_cache_events(std::span<const CacheEvent> events) {
   for (const CacheEvent& event : events) {
     if (event.kind != CacheEventKind::kStored) continue;
     for (const ChunkKey& key : event.keys) {
+      prefetch_tried_.erase(key);              // ready again: may be fetched after a later eviction
       if (promoted_.erase(key) > 0) continue;  // came from a tier
       if (options_.write_policy != WritePolicy::kOnStore || tiers_.empty()) continue;
       if (std::optional<SlotId> slot = cache_.ready_slot(key)) {
@@ -160,6 +185,29 @@ size_t TierMover::lower_hits(std::span<const ChunkKey> keys, size_t from) {
 
 // ---- read-through ----
 
+bool TierMover::read_through(std::span<const ChunkKey> keys, size_t host_hits) {
+  return read_through_start(keys, host_hits, read_through_lower(keys, host_hits));
+}
+
+size_t TierMover::read_through_lower(std::span<const ChunkKey> keys, size_t host_hits) {
+  if (tiers_.empty() || host_hits >= keys.size()) return 0;
+  if (prefetch_tried_.contains(keys[host_hits])) return 0;
+  return lower_hits(keys, host_hits);
+}
+
+bool TierMover::read_through_start(std::span<const ChunkKey> keys, size_t host_hits,
+                                   size_t lower) {
+  if (lower == 0) return false;
+  // prepare_store evicts ready keys not among those it stores: make the host hits the most
+  // recently used first.
+  cache_.touch(keys.first(host_hits));
+  const std::span<const ChunkKey> fetch = keys.subspan(host_hits, lower);
+  if (prefetch(fetch) == 0) return false;
+  if (prefetch_tried_.size() + fetch.size() > cache_.num_slots() * 4) prefetch_tried_.clear();
+  prefetch_tried_.insert(fetch.begin(), fetch.end());
+  return true;
+}
+
 size_t TierMover::prefetch(std::span<const ChunkKey> keys) {
   if (tiers_.empty() || keys.empty()) return 0;
   std::optional<StorePlan> plan = cache_.prepare_store(keys);
@@ -170,8 +218,9 @@ size_t TierMover::prefetch(std::span<const ChunkKey> keys) {
   }
   demote_evicted(*plan);  // before the slots are filled
   if (plan->keys.empty()) return 0;
-  PrefetchJob job{.keys = plan->keys, .filled = std::vector<bool>(plan->keys.size(), false)};
-  for (SlotId slot : plan->slots) job.slots.emplace_back(pool_.slot_ptr(slot), pool_.slot_bytes());
+  PrefetchJob job{.keys = plan->keys,
+                  .slots = plan->slots,
+                  .filled = std::vector<bool>(plan->keys.size(), false)};
   const size_t n = job.keys.size();
   {
     std::lock_guard lock(mutex_);
@@ -204,17 +253,25 @@ void TierMover::prefetch_loop() {
 }
 
 void TierMover::fill(PrefetchJob& job) {
+  // One pool: the tiers read straight into the slots. Several: into staging memory, and a
+  // verified chunk is split into its pools' slots.
+  const size_t slot_bytes = cache_.slot_bytes();
+  std::vector<std::byte> staging(pools_.size() > 1 ? job.keys.size() * chunk_bytes() : 0);
+  auto chunk_of = [&](size_t i) -> std::span<std::byte> {
+    if (pools_.size() == 1) return {pools_[0]->slot_ptr(job.slots[i]), slot_bytes};
+    return std::span(staging).subspan(i * chunk_bytes(), chunk_bytes());
+  };
   for (MoverTier& t : tiers_) {
     std::vector<size_t> missing;
     for (size_t i = 0; i < job.keys.size(); ++i) {
       if (!job.filled[i]) missing.push_back(i);
     }
-    if (missing.empty()) return;
+    if (missing.empty()) break;
     std::vector<ChunkKey> keys;
     std::vector<std::span<std::byte>> dst;
     for (size_t i : missing) {
       keys.push_back(job.keys[i]);
-      dst.push_back(job.slots[i]);
+      dst.push_back(chunk_of(i));
     }
     Result<std::vector<ChunkStatus>> result = t.tier->get(keys, dst, t.timeout);
     if (!result) continue;  // DOWN or failed: try the next tier
@@ -222,6 +279,14 @@ void TierMover::fill(PrefetchJob& job) {
     // overwrites, or that stay unpublished (F3).
     for (size_t j = 0; j < missing.size(); ++j) {
       if ((*result)[j] == ChunkStatus::kOk) job.filled[missing[j]] = true;
+    }
+  }
+  if (pools_.size() == 1) return;
+  for (size_t i = 0; i < job.keys.size(); ++i) {
+    if (!job.filled[i]) continue;
+    for (size_t p = 0; p < pools_.size(); ++p) {
+      std::memcpy(pools_[p]->slot_ptr(job.slots[i]),
+                  staging.data() + i * chunk_bytes() + p * slot_bytes, slot_bytes);
     }
   }
 }
@@ -256,7 +321,7 @@ size_t TierMover::poll() {
 std::vector<std::string> TierMover::degraded_tiers() const {
   std::vector<std::string> names;
   for (const MoverTier& t : tiers_) {
-    if (t.tier->state() == TierState::kDown) names.push_back(t.tier->name());
+    for (std::string& name : degraded_names(t.tier->metrics())) names.push_back(std::move(name));
   }
   return names;
 }

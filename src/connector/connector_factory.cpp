@@ -7,9 +7,18 @@
 #include "kvtier/connector/local_worker_connector.h"
 #include "kvtier/connector/remote_cache_index.h"
 #include "kvtier/connector/remote_worker_connector.h"
+#include "kvtier/connector/tiered_cache_index.h"
 
 namespace kvtier {
 namespace {
+
+bool tiers_configured(const TiersConfig& tiers) {
+  return !tiers.disk_path.empty() || !tiers.redis_url.empty();
+}
+
+std::string rank_pool_name(const std::string& host_pool_name, uint32_t rank) {
+  return host_pool_name + "-r" + std::to_string(rank);
+}
 
 // The local worker side as an engine gets it: the rank's KV caches and its share of the host
 // pool, allocated on its device, and the LocalWorkerConnector over them.
@@ -29,7 +38,12 @@ class OwningLocalWorker final : public WorkerConnector {
       }
       caches_.groups.push_back(std::move(group));
     }
-    auto pool = HostPool::create(device_, shape.layout.max_chunk_bytes(), shape.host_slots);
+    // Anonymous memory, or the rank's object of the scheduler side's shared memory.
+    auto pool =
+        shape.host_pool_name.empty()
+            ? HostPool::create(device_, shape.layout.max_chunk_bytes(), shape.host_slots)
+            : HostPool::open_existing(device_, rank_pool_name(shape.host_pool_name, setup.rank),
+                                      shape.layout.max_chunk_bytes(), shape.host_slots);
     if (!pool) {
       free_caches();
       throw std::runtime_error("host pool: " + pool.error().message);
@@ -81,6 +95,17 @@ ConnectorFactory::ConnectorFactory(Config config, ConnectorShape shape)
   if (config_.cache.mode == CacheMode::kLocal && shape_.host_slots == 0) {
     throw std::invalid_argument("ConnectorFactory: a local cache needs host slots");
   }
+  if (config_.connector.enabled && config_.cache.mode == CacheMode::kLocal &&
+      tiers_configured(config_.tiers) && shape_.host_pool_name.empty()) {
+    throw std::invalid_argument(
+        "ConnectorFactory: tiers (tiers.disk_path, tiers.redis_url) in cache.mode local need "
+        "ConnectorShape::host_pool_name: the scheduler side's tier mover reaches the host pool "
+        "through shared memory");
+  }
+}
+
+void SchedulerSide::unlink_host_memory_names() {
+  for (const std::unique_ptr<HostPool>& pool : host_memory) pool->unlink_name();
 }
 
 SchedulerSide ConnectorFactory::scheduler_side() const {
@@ -93,7 +118,29 @@ SchedulerSide ConnectorFactory::scheduler_side() const {
       if (!policy) throw std::invalid_argument(policy.error().message);
       side.cache = std::make_unique<CacheManager>(
           shape_.host_slots, shape_.layout.max_chunk_bytes(), std::move(*policy));
-      side.index = std::make_unique<LocalCacheIndex>(*side.cache);
+      if (!shape_.host_pool_name.empty()) {
+        for (uint32_t r = 0; r < shape_.world_size; ++r) {
+          auto pool =
+              HostPool::create_unregistered(shape_.layout.max_chunk_bytes(), shape_.host_slots,
+                                            rank_pool_name(shape_.host_pool_name, r));
+          if (!pool) throw std::runtime_error(pool.error().message);
+          side.host_memory.push_back(std::move(*pool));
+        }
+      }
+      if (!tiers_configured(config_.tiers)) {
+        side.index = std::make_unique<LocalCacheIndex>(*side.cache);
+        break;
+      }
+      // Every rank's share of a chunk, rank 0 first, is one chunk in the tiers: the namespace
+      // names the world size (the keys name the model and each rank's layout already).
+      auto tiers = make_mover_tiers(
+          config_.tiers, KeyNamespace{.model = "local", .layout_fingerprint = shape_.world_size});
+      if (!tiers) throw std::runtime_error(tiers.error().message);
+      std::vector<const HostPool*> pools;
+      for (const std::unique_ptr<HostPool>& pool : side.host_memory) pools.push_back(pool.get());
+      side.mover = std::make_unique<TierMover>(*side.cache, std::move(pools), std::move(*tiers),
+                                               tier_mover_options(config_.tiers));
+      side.index = std::make_unique<TieredCacheIndex>(*side.cache, *side.mover);
       break;
     }
     case CacheMode::kServer:

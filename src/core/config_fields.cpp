@@ -104,7 +104,8 @@ const std::vector<Field>& config_fields() {
                         "stored; 1 stores every chunk a request computes."),
         tiers.field("disk_path", &TiersConfig::disk_path, text(),
                     "Directory of the L2 disk tier; empty for no disk tier. Chunks found there "
-                    "are used again after a restart."),
+                    "are used again after a restart. With several engine cores, each has its own "
+                    "subdirectory core-<i> and an equal share of disk_bytes."),
         tiers.field("disk_bytes", &TiersConfig::disk_bytes, byte_size(),
                     "Most bytes of the disk tier's segment files; least recently used chunks "
                     "are evicted to stay within it."),

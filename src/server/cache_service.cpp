@@ -25,15 +25,7 @@ Result<std::vector<MoverTier>> make_server_tiers(const Config& config) {
   // One namespace for every client: a ChunkKey is rooted in (model, layout, group, salt) by the
   // client that computed it (namespace_root), so keys of different models or layouts never
   // collide, and the tiers need no namespace of their own. (Redis keys: "kvtier:kvtierd:0…:".)
-  const KeyNamespace shared{.model = "kvtierd", .layout_fingerprint = 0};
-  auto made = make_tiers(config.tiers, shared);
-  if (!made) return std::unexpected(made.error());
-  std::vector<MoverTier> tiers;
-  for (auto& tier : *made) {
-    const Duration timeout = tier_timeout(config.tiers, tier->name());
-    tiers.push_back(MoverTier{.tier = std::move(tier), .timeout = timeout});
-  }
-  return tiers;
+  return make_mover_tiers(config.tiers, KeyNamespace{.model = "kvtierd", .layout_fingerprint = 0});
 }
 
 CacheService::CacheService(const ServerOptions& options, HostDevice& host, Device& device,
@@ -209,34 +201,6 @@ void CacheService::poll_tiers() {
   const size_t completed = mover_->poll();  // publishes prefetched keys
   state.unlock();
   if (completed > 0) counters_["tier_prefetches_completed"] += completed;
-  // Keys that became ready (a prefetch that succeeded, or a STORE) may be fetched again later.
-  for (const CacheEvent& e : events) {
-    if (e.kind != CacheEventKind::kStored) continue;
-    for (const ChunkKey& key : e.keys) prefetch_tried_.erase(key);
-  }
-}
-
-bool CacheService::prefetch_from_tiers(std::span<const ChunkKey> keys, size_t host_hits) {
-  // Synchronous: waits at most each UP tier's timeout (a tier that slow goes DOWN, H7).
-  // A key whose prefetch was tried and never became ready failed it (missing, corrupt, tier
-  // down): a tier that still says it holds it (Redis keeps a corrupt value) would otherwise
-  // make every LOOKUP "pending" forever. It is a miss until the host pool stores it.
-  if (prefetch_tried_.contains(keys[host_hits])) return false;
-  const size_t lower = mover_->lower_hits(keys, host_hits);  // waits: not under state_mu_
-  if (lower == 0) return false;
-  const std::span<const ChunkKey> fetch = keys.subspan(host_hits, lower);
-  size_t started = 0;
-  {
-    std::lock_guard state(state_mu_);
-    // prepare_store evicts ready keys not among those it stores: make the host hits the most
-    // recently used first, so the prefetch does not evict the prefix this reply counts.
-    cache_.touch(keys.first(host_hits));
-    started = mover_->prefetch(fetch);
-  }
-  if (started == 0) return false;
-  if (prefetch_tried_.size() + fetch.size() > pool_.num_slots() * 4) prefetch_tried_.clear();
-  prefetch_tried_.insert(fetch.begin(), fetch.end());
-  return true;
 }
 
 void CacheService::add_tier_stats(std::map<std::string, uint64_t>& f) const {
@@ -244,14 +208,15 @@ void CacheService::add_tier_stats(std::map<std::string, uint64_t>& f) const {
   f["tiers_degraded"] = 0;
   if (!mover_) return;
   add_stats(f, "tier_", mover_->counters());
-  // Per tier "tier.<name>.<what>"; tier_down_field(name) is 1 while the tier is DOWN (H7), so
-  // a client names the degraded tiers from the field names alone (reply fields are integers).
+  // Per tier "tier.<name>.<what>"; tier_down_field(name) is 1 while the tier is DOWN (H7), and
+  // tier_down_field("<name>/<part>") 1 for each part down while it is DEGRADED (degraded_names),
+  // so a client names the degraded tiers from the field names alone (fields are integers).
   for (const TierMetrics& m : mover_->tier_metrics()) {
     const std::string prefix = "tier." + m.name + ".";
-    const bool down = m.state == TierState::kDown;
     ++f["tiers"];
-    f["tiers_degraded"] += down ? 1 : 0;
-    f[tier_down_field(m.name)] = down ? 1 : 0;
+    f["tiers_degraded"] += m.state == TierState::kUp ? 0 : 1;
+    f[tier_down_field(m.name)] = 0;
+    for (const std::string& name : degraded_names(m)) f[tier_down_field(name)] = 1;
     add_stats(f, prefix, m.counters);
   }
 }

@@ -166,9 +166,6 @@ class CacheService {
               Direction direction, std::vector<ChunkTransfer> chunks, PendingTransfer pending);
   void poll_transfers();
   void poll_tiers();
-  // LOOKUP read-through: starts prefetching the keys after the host prefix that lower tiers
-  // hold; returns whether any key is now pending.
-  bool prefetch_from_tiers(std::span<const ChunkKey> keys, size_t host_hits);
   void add_tier_stats(std::map<std::string, uint64_t>& fields) const;
   void finish(const std::string& client, Session& session, const TransferResult& result);
   void fail_session(const std::string& client, Session& session, const std::string& why);
@@ -199,9 +196,6 @@ class CacheService {
   mutable std::mutex state_mu_;
   CacheManager cache_;
   std::unique_ptr<TierMover> mover_;  // null without tiers; destroyed before cache_
-  // Keys a LOOKUP prefetched that have not become ready since (in flight, or failed); bounded
-  // (cleared past 4x the slots). A failed one is not fetched again until it is stored.
-  std::unordered_set<ChunkKey, ChunkKeyHash> prefetch_tried_;
   ReadLocks locks_;
   std::unordered_set<std::string> registered_;  // sessions_ that are not gone
   std::map<std::string, Session> sessions_;

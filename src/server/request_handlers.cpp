@@ -160,9 +160,13 @@ void CacheService::handle_lookup(const std::string& client, const Request& r) {
     answer = lookup_locked(client, r);
   }
   // Read-through, after the hits are locked (a prefetch's slots are never taken from them):
-  // keys a lower tier holds become pending, never hits, until poll_tiers() publishes them.
+  // keys a lower tier holds become pending, never hits, until poll_tiers() publishes them. The
+  // tiers are asked without state_mu_ (that waits); meanwhile only LOOKUPs run on the socket
+  // loop, which neither store nor evict, so their answer still holds when the prefetch starts.
   if (!answer.error && mover_ && !answer.pending && answer.hits < r.keys.size()) {
-    answer.pending = prefetch_from_tiers(r.keys, answer.hits);
+    const size_t lower = mover_->read_through_lower(r.keys, answer.hits);
+    std::lock_guard state(state_mu_);
+    answer.pending = mover_->read_through_start(r.keys, answer.hits, lower);
   }
   send(client, answer.reply(r.id));
 }

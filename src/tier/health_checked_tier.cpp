@@ -5,72 +5,63 @@
 
 namespace kvtier {
 
-std::string_view to_string(TierState state) {
-  return state == TierState::kUp ? "up" : "down";
+std::string tier_part_name(std::string_view tier, std::string_view part) {
+  return std::string(tier) + "/" + std::string(part);
 }
+
+std::vector<std::string> degraded_names(const TierMetrics& metrics) {
+  switch (metrics.state) {
+    case TierState::kUp:
+      return {};
+    case TierState::kDown:
+      return {metrics.name};
+    case TierState::kDegraded:
+      break;
+  }
+  std::vector<std::string> names;
+  for (const DownPart& part : metrics.down_parts) {
+    names.push_back(tier_part_name(metrics.name, part.name));
+  }
+  return names;
+}
+
+namespace {
+
+const HealthOptions& checked(const std::unique_ptr<Tier>& inner, const HealthOptions& options) {
+  if (!inner) throw std::invalid_argument("HealthCheckedTier: tier is null");
+  return options;
+}
+
+}  // namespace
 
 HealthCheckedTier::HealthCheckedTier(std::unique_ptr<Tier> inner, HealthOptions options)
-    : inner_(std::move(inner)), options_(options) {
-  if (!inner_) throw std::invalid_argument("HealthCheckedTier: tier is null");
-  if (options_.clock == nullptr) throw std::invalid_argument("HealthCheckedTier: clock is null");
-  if (options_.probe_initial <= Duration::zero() || options_.probe_max < options_.probe_initial) {
-    throw std::invalid_argument("HealthCheckedTier: need 0 < probe_initial <= probe_max");
-  }
-}
+    : inner_(std::move(inner)), health_(checked(inner_, options)) {}
 
 TierState HealthCheckedTier::state() const {
-  std::lock_guard lock(mutex_);
-  return state_;
-}
-
-void HealthCheckedTier::mark_down(const std::string& error) {
-  std::lock_guard lock(mutex_);
-  last_error_ = error;
-  if (state_ == TierState::kUp) {
-    backoff_ = options_.probe_initial;
-  } else if (probing_) {
-    backoff_ = std::min(backoff_ * 2, options_.probe_max);  // the probe failed
-  } else {
-    return;  // a call that raced the first failure: the probe time stands
-  }
-  state_ = TierState::kDown;
-  next_probe_ = options_.clock->now() + backoff_;
+  if (!health_.up()) return TierState::kDown;
+  return inner_->down_parts().empty() ? TierState::kUp : TierState::kDegraded;
 }
 
 bool HealthCheckedTier::admit() {
-  {
-    std::lock_guard lock(mutex_);
-    if (state_ == TierState::kUp) return true;
-    if (probing_ || options_.clock->now() < next_probe_) return false;
-    probing_ = true;
-  }
-  const Status ping = inner_->ping(options_.probe_timeout);
-  if (!ping) mark_down(ping.error().to_string());
-  std::lock_guard lock(mutex_);
-  probing_ = false;
-  if (ping) {
-    state_ = TierState::kUp;
-    last_error_.clear();
-  }
-  return state_ == TierState::kUp;
+  return health_.admit([&] { return inner_->ping(health_.options().probe_timeout); });
 }
 
 TierState HealthCheckedTier::probe_if_due() {
-  admit();
+  if (admit()) inner_->probe_down_parts();
   return state();
 }
 
 std::unexpected<Error> HealthCheckedTier::skipped() {
-  std::lock_guard lock(mutex_);
   ++skipped_calls_;
-  return make_error(ErrorCode::kUnavailable, "tier " + inner_->name() + " is down: " + last_error_);
+  return make_error(ErrorCode::kUnavailable,
+                    "tier " + inner_->name() + " is down: " + health_.last_error());
 }
 
 void HealthCheckedTier::observe(const Result<std::vector<ChunkStatus>>& result) {
   if (!result) {
-    mark_down(result.error().to_string());
+    health_.mark_down(result.error().to_string());
   } else if (std::ranges::find(*result, ChunkStatus::kError) != result->end()) {
-    mark_down("a chunk failed with an error");
+    health_.mark_down("a chunk failed with an error");
   }
 }
 
@@ -95,29 +86,32 @@ Result<std::vector<bool>> HealthCheckedTier::do_contains(std::span<const ChunkKe
                                                          Duration timeout) {
   if (!admit()) return skipped();
   Result<std::vector<bool>> result = inner_->contains(keys, timeout);
-  if (!result) mark_down(result.error().to_string());
+  if (!result) health_.mark_down(result.error().to_string());
   return result;
 }
 
 Status HealthCheckedTier::do_ping(Duration timeout) {
   if (!admit()) return skipped();
   Status ok = inner_->ping(timeout);
-  if (!ok) mark_down(ok.error().to_string());
+  if (!ok) health_.mark_down(ok.error().to_string());
   return ok;
 }
 
 TierCounters HealthCheckedTier::counters() const {
   TierCounters c = inner_->counters();
-  std::lock_guard lock(mutex_);
   c.skipped_calls = skipped_calls_;
   return c;
 }
 
 TierMetrics HealthCheckedTier::metrics() const {
   TierMetrics m{.name = inner_->name(), .counters = counters()};
-  std::lock_guard lock(mutex_);
-  m.state = state_;
-  m.last_error = last_error_;
+  if (!health_.up()) {
+    m.state = TierState::kDown;
+    m.last_error = health_.last_error();
+  } else {
+    m.down_parts = inner_->down_parts();
+    m.state = m.down_parts.empty() ? TierState::kUp : TierState::kDegraded;
+  }
   return m;
 }
 

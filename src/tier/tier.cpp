@@ -14,6 +14,8 @@ std::string_view to_string(ChunkStatus status) {
       return "corrupt";
     case ChunkStatus::kError:
       return "error";
+    case ChunkStatus::kSkipped:
+      return "skipped";
   }
   return "unknown";
 }
@@ -37,6 +39,8 @@ Result<std::vector<ChunkStatus>> Tier::put(std::span<const ChunkKey> keys,
     if ((*result)[i] == ChunkStatus::kOk) {
       cells_.chunks_written += 1;
       cells_.bytes_written += chunks[i].size();
+    } else if ((*result)[i] == ChunkStatus::kSkipped) {
+      cells_.skipped_keys += 1;
     } else {
       cells_.errors += 1;
     }
@@ -74,6 +78,9 @@ Result<std::vector<ChunkStatus>> Tier::get(std::span<const ChunkKey> keys,
       case ChunkStatus::kError:
         cells_.errors += 1;
         break;
+      case ChunkStatus::kSkipped:
+        cells_.skipped_keys += 1;
+        break;
     }
   }
   return result;
@@ -102,7 +109,8 @@ TierCounters Tier::counters() const {
                       .errors = cells_.errors,
                       .chunks_written = cells_.chunks_written,
                       .bytes_read = cells_.bytes_read,
-                      .bytes_written = cells_.bytes_written};
+                      .bytes_written = cells_.bytes_written,
+                      .skipped_keys = cells_.skipped_keys};
 }
 
 }  // namespace kvtier

@@ -25,10 +25,10 @@ Result<std::vector<std::unique_ptr<HealthCheckedTier>>> make_tiers(const TiersCo
     tiers.push_back(std::make_unique<HealthCheckedTier>(std::move(*disk), health("disk")));
   }
   if (!config.redis_url.empty()) {
-    Result<std::unique_ptr<RedisTier>> redis =
-        RedisTier::open({.url = config.redis_url,
-                         .key_prefix = redis_key_prefix(ns),
-                         .pool_size = config.redis_pool_size});
+    Result<std::unique_ptr<RedisTier>> redis = RedisTier::open({.url = config.redis_url,
+                                                                .key_prefix = redis_key_prefix(ns),
+                                                                .pool_size = config.redis_pool_size,
+                                                                .node_health = health("redis")});
     if (!redis) {
       return make_error(redis.error().code, "tiers.redis_url: " + redis.error().message);
     }

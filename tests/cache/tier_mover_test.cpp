@@ -209,6 +209,23 @@ TEST(TierMover, H7_LowerHitsSkipADownTierAndNameIt) {
   EXPECT_EQ(m[1].counters.errors, 1u);
 }
 
+TEST(TierMover, H7_ATierWithAPartDownIsNamedByItsPart) {
+  FakeTier* upper = nullptr;
+  FakeTier* lower = nullptr;
+  std::vector<MoverTier> tiers = fakes({{&upper, "upper"}, {&lower, "redis"}});
+  Rig rig(4, std::move(tiers));
+  lower->insert(key(0), pattern(0));
+  lower->insert(key(1), pattern(1));
+  lower->set_down_parts({{.name = "10.0.0.7:6379", .error = "refused"}}, {key(1)});
+  EXPECT_EQ(rig.mover->lower_hits(key_range(0, 2), 0), 1u);  // key 1's node is down: a miss
+  EXPECT_EQ(rig.mover->degraded_tiers(), std::vector<std::string>{"redis/10.0.0.7:6379"});
+  EXPECT_EQ(rig.mover->tier_metrics()[1].state, TierState::kDegraded);
+  // The mover's own ticks let the tier probe the part; it comes back without any call.
+  lower->recover_parts_on_probe(true);
+  ASSERT_TRUE(poll_until([&] { return rig.mover->degraded_tiers().empty(); }, 5000ms));
+  EXPECT_EQ(rig.mover->lower_hits(key_range(0, 2), 0), 2u);
+}
+
 TEST(TierMover, PrefetchMakesKeysPendingThenPublishesThem) {
   FakeTier* fake = nullptr;
   std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});
@@ -265,6 +282,70 @@ TEST(TierMover, F3_PrefetchOfAMissingOrDownChunkIsNeverPublished) {
   EXPECT_EQ(events[0].keys, std::vector{key(0)});
   EXPECT_EQ(rig.cache->counters().stores_failed, 3u);
   EXPECT_EQ(rig.mover->counters().prefetch_failed, 3u);
+}
+
+// An engine's host cache over several ranks: a chunk is slot s of every rank's pool, rank 0
+// first, in the tiers as one chunk.
+TEST(TierMover, ChunkOfSeveralPoolsIsEveryPoolsShareInOrder) {
+  HostDevice device;
+  std::vector<std::unique_ptr<HostPool>> pools;
+  for (int r = 0; r < 3; ++r)
+    pools.push_back(std::move(HostPool::create(device, kSlotBytes, 4).value()));
+  auto cache = cache_test::make_manager(4);
+  FakeTier* fake = nullptr;
+  auto mover = std::make_unique<TierMover>(
+      *cache, std::vector<const HostPool*>{pools[0].get(), pools[1].get(), pools[2].get()},
+      fakes({{&fake, "fake"}}), TierMoverOptions{});
+  std::optional<StorePlan> plan = cache->prepare_store(std::vector{key(1)});
+  ASSERT_TRUE(plan);
+  for (size_t r = 0; r < 3; ++r)
+    fill_pattern(pools[r]->slot_ptr(plan->slots[0]), kSlotBytes, 10 + r);
+  cache->complete_store(plan->keys, Verdict::kSucceeded);
+  mover->on_cache_events(cache->take_events());
+  ASSERT_TRUE(mover->wait_idle(kIdle));
+  ASSERT_TRUE(fake->holds(key(1)));
+  std::vector<std::byte> whole;
+  for (uint64_t r = 0; r < 3; ++r) {
+    const std::vector<std::byte> share = pattern(10 + r);
+    whole.insert(whole.end(), share.begin(), share.end());
+  }
+  EXPECT_EQ(fake->bytes_of(key(1)), whole);
+
+  // Read back into other slots: each rank's pool gets its own share.
+  fake->insert(key(2), whole);
+  ASSERT_EQ(mover->prefetch(std::vector{key(2)}), 1u);
+  ASSERT_TRUE(mover->wait_idle(kIdle));
+  EXPECT_EQ(mover->poll(), 1u);
+  const std::optional<SlotId> slot = cache->ready_slot(key(2));
+  ASSERT_TRUE(slot);
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_TRUE(has_pattern(pools[r]->slot_ptr(*slot), kSlotBytes, 10 + r)) << "rank " << r;
+  }
+  mover.reset();
+  cache_test::expect_conserved(*cache);
+}
+
+TEST(TierMover, F3_ReadThroughFetchesWhatATierHoldsAndNeverRetriesAFailedKey) {
+  FakeTier* fake = nullptr;
+  std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});
+  Rig rig(8, std::move(tiers));
+  rig.store({0});
+  ASSERT_TRUE(rig.mover->wait_idle(kIdle));
+  fake->insert(key(1), pattern(1));
+  fake->insert(key(2), std::vector<std::byte>(7));  // corrupt: the fake says kCorrupt
+  const std::vector<ChunkKey> keys = key_range(0, 4);
+  // Key 0 is a host hit; 1 and 2 are in the tier (3 is nowhere): they are fetched.
+  EXPECT_TRUE(rig.mover->read_through(keys, 1));
+  EXPECT_TRUE(rig.cache->lookup(keys).pending);
+  ASSERT_TRUE(rig.mover->wait_idle(kIdle));
+  rig.mover->poll();
+  EXPECT_EQ(rig.cache->lookup(keys).hit_chunks, 2u);
+  EXPECT_TRUE(rig.host_has_pattern(1));
+  EXPECT_EQ(rig.cache->state(key(2)), LookupState::kMiss) << "a corrupt chunk is never published";
+  // The tier still says it holds key 2: without the memory of the failed prefetch every lookup
+  // would be pending forever.
+  EXPECT_FALSE(rig.mover->read_through(keys, 2));
+  EXPECT_EQ(rig.mover->counters().prefetch_keys, 2u);
 }
 
 TEST(TierMover, DestroyedMidPrefetchLeavesNothingPending) {

@@ -152,6 +152,46 @@ TEST(ServeE2E, H4_FailStopTurnsTheEngineFailed) {
       << serve->get("/health").body;
 }
 
+// The README's main job with a disk tier: what one `kvtier serve` wrote is served by the next.
+TEST(ServeE2E, DiskTierChunksAreFoundAgainAfterARestartOfKvtierServe) {
+  char dir_template[] = "/tmp/kvtier-serve-disk-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::filesystem::path disk = dir_template;
+  auto sets = kSmallDevice;
+  sets.push_back("tiers.disk_path=" + disk.string());
+  const std::string a = prompt_text(400, 1);
+  {
+    auto first = start_ready(sets);
+    ASSERT_TRUE(first);
+    complete(*first, a, 8);
+    ASSERT_TRUE(wait_until(
+        [&] {
+          return metric(first->get("/metrics").body,
+                        "kvtier_core_kvtier_tier_chunks_demoted_total") >= 6;
+        },
+        20000ms))
+        << "A's 6 chunks reach the disk tier: " << first->get("/metrics").body;
+    first->signal(SIGTERM);
+    ASSERT_TRUE(first->wait_exit(20000ms).has_value());
+  }
+  auto without = kSmallDevice;
+  without.push_back("connector.enabled=false");
+  auto second = start_ready(sets);
+  auto reference = start_ready(without);
+  ASSERT_TRUE(second && reference);
+  const nlohmann::json again = complete(*second, a + prompt_text(30, 9), 8);
+  EXPECT_EQ(again["choices"][0]["text"],
+            complete(*reference, a + prompt_text(30, 9), 8)["choices"][0]["text"]);
+  EXPECT_GE(again["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 384)
+      << "A's prefix comes from the disk tier the first instance wrote";
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return metric(second->get("/metrics").body, "kvtier_core_kvtier_tier_disk_hits_total") >= 6;
+      },
+      5000ms));
+  std::filesystem::remove_all(disk);
+}
+
 TEST(ServeE2E, H3_GracefulShutdownAnswersClosed) {
   auto serve = start_ready({});
   ASSERT_TRUE(serve);

@@ -195,7 +195,11 @@ inline std::optional<pid_t> find_process(pid_t root, const std::vector<std::stri
 
 // `kvtier serve …` (or any command printing "… on http://<host>:<port>") as a child process.
 // Its stdout is a pipe read for the port line; stderr is inherited. The destructor stops a
-// process still running: SIGTERM (graceful: its run dir is removed), SIGKILL after 5 s.
+// process still running: SIGTERM (graceful: its run dir is removed), SIGKILL after 5 s. Should
+// the test process die first (a failed assertion's abort, ctest's timeout), the child gets
+// SIGKILL and its engine cores and workers follow it (their own die_with_parent): no serve tree
+// outlives a test, holding ctest's output pipe open until the test's timeout. Start it from the
+// test's own thread (the death signal follows the thread that spawned it).
 class ServeProcess {
  public:
   // Starts argv and waits up to `timeout` for the serving line. nullopt (and the process
@@ -206,7 +210,7 @@ class ServeProcess {
     if (pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
     ServeProcess process(out[0]);
     try {
-      process.process_ = ChildProcess::spawn(argv, {.die_with_parent = false, .stdout_fd = out[1]});
+      process.process_ = ChildProcess::spawn(argv, {.die_with_parent = true, .stdout_fd = out[1]});
     } catch (const std::system_error&) {
       close(out[1]);
       return std::nullopt;

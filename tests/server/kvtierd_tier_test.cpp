@@ -250,5 +250,44 @@ TEST_F(KvtierdTierTest, H7_DeadRedisIsNamedDegradedAndRequestsAreStillAnswered) 
   expect_cache_sound(*client);
 }
 
+TEST_F(KvtierdTierTest, H7_ADeadClusterMasterIsNamedAndTheOthersKeepServing) {
+  TempDir cluster_dir;
+  auto cluster = bench::RedisClusterProcess::start(cluster_dir.path(), 20s);
+  if (!cluster) GTEST_SKIP() << "Redis Cluster did not start: " << cluster.error().message;
+  start({"tiers.redis_url=" + (*cluster)->url(), "tiers.redis_timeout_s=0.5",
+         "tiers.probe_initial_s=0.05", "tiers.probe_max_s=0.2"});
+  auto client = connect();
+  // The tier learns the cluster's slot map on its first write.
+  store(*client, 1, test_keys(800, 2), 20);
+  ASSERT_TRUE(eventually([&] { return stat(*client, "tier_chunks_demoted") >= 2; }));
+  // The master that holds the first key kvtierd will write next (its namespace is fixed).
+  const auto keys = test_keys(700, 2);
+  const std::string name =
+      redis_key_prefix({.model = "kvtierd", .layout_fingerprint = 0}) + keys[0].hex();
+  bench::RedisServerProcess* victim = nullptr;
+  for (auto& node : (*cluster)->nodes()) {
+    if (node->command({"EXISTS", name}, 2s)) victim = node.get();  // the others answer MOVED
+  }
+  ASSERT_NE(victim, nullptr);
+  victim->kill();
+
+  store(*client, 2, keys, 0);  // its write-behind meets the dead master
+  const std::string part = "redis/" + victim->address();
+  ASSERT_TRUE(eventually([&] { return stat(*client, server::tier_down_field(part)) == 1; }));
+  EXPECT_EQ(stat(*client, "tier.redis.down"), 0u);  // the tier serves the other masters
+  EXPECT_EQ(stat(*client, "tiers_degraded"), 1u);
+  EXPECT_GE(stat(*client, "tier.redis.skipped_keys"), 1u);
+  ASSERT_TRUE(eventually(
+      [&] { return client->health().degraded_tiers == std::vector<std::string>{part}; }));
+  EXPECT_TRUE(retrieves_exactly(*client, 3, keys, 0, 40));  // requests are answered
+
+  ASSERT_TRUE(victim->restart(20s));
+  ASSERT_TRUE(bench::RedisClusterProcess::wait_serving(*victim, 20s));
+  ASSERT_TRUE(
+      eventually([&] { return stat(*client, server::tier_down_field(part)) != 1; }));  // gone
+  ASSERT_TRUE(eventually([&] { return client->health().degraded_tiers.empty(); }));
+  expect_cache_sound(*client);
+}
+
 }  // namespace
 }  // namespace kvtier::testing

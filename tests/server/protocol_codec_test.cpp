@@ -177,6 +177,10 @@ TEST(ProtocolCodec, DegradedTiersAreTheDownFieldsSetToOne) {
   ASSERT_TRUE(out);
   EXPECT_EQ(degraded_tiers_of(*out), std::vector<std::string>{"redis"});
   EXPECT_TRUE(degraded_tiers_of(Reply{}).empty());
+  // A part of a tier (a Redis Cluster master) is named with its address, dots and all.
+  Reply part;
+  part.fields = {{tier_down_field("redis/10.0.0.7:6379"), 1}, {"tier.redis.skipped_keys", 4}};
+  EXPECT_EQ(degraded_tiers_of(part), std::vector<std::string>{"redis/10.0.0.7:6379"});
 }
 
 TEST(ProtocolCodec, TierFieldsAreGroupedByTierName) {

@@ -3,6 +3,7 @@
 // real redis-server.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -54,6 +55,33 @@ class FakeTier final : public Tier {
     std::lock_guard lock(mutex_);
     return pings_;
   }
+  // Parts the tier says are down (down_parts()); their keys are kSkipped by get and put.
+  // probe_down_parts() counts its calls (part_probes()) and clears the parts when told to.
+  void set_down_parts(std::vector<DownPart> parts, std::vector<ChunkKey> their_keys = {}) {
+    std::lock_guard lock(mutex_);
+    down_parts_ = std::move(parts);
+    down_keys_ = std::move(their_keys);
+  }
+  void recover_parts_on_probe(bool recover) {
+    std::lock_guard lock(mutex_);
+    recover_parts_ = recover;
+  }
+  int part_probes() const {
+    std::lock_guard lock(mutex_);
+    return part_probes_;
+  }
+  std::vector<DownPart> down_parts() const override {
+    std::lock_guard lock(mutex_);
+    return down_parts_;
+  }
+  void probe_down_parts() override {
+    std::lock_guard lock(mutex_);
+    ++part_probes_;
+    if (recover_parts_) {
+      down_parts_.clear();
+      down_keys_.clear();
+    }
+  }
 
  protected:
   Result<std::vector<ChunkStatus>> do_put(std::span<const ChunkKey> keys,
@@ -65,10 +93,16 @@ class FakeTier final : public Tier {
     cv_.wait(lock, [&] { return !hold_puts_; });
     --blocked_in_put_;
     if (unreachable_) return make_error(ErrorCode::kUnavailable, name_ + " unreachable");
+    std::vector<ChunkStatus> out;
     for (size_t i = 0; i < keys.size(); ++i) {
+      if (on_down_part(keys[i])) {
+        out.push_back(ChunkStatus::kSkipped);
+        continue;
+      }
       chunks_[keys[i]].assign(chunks[i].begin(), chunks[i].end());
+      out.push_back(ChunkStatus::kOk);
     }
-    return std::vector<ChunkStatus>(keys.size(), ChunkStatus::kOk);
+    return out;
   }
   Result<std::vector<ChunkStatus>> do_get(std::span<const ChunkKey> keys,
                                           std::span<const std::span<std::byte>> dst,
@@ -78,7 +112,9 @@ class FakeTier final : public Tier {
     std::vector<ChunkStatus> out;
     for (size_t i = 0; i < keys.size(); ++i) {
       auto it = chunks_.find(keys[i]);
-      if (it == chunks_.end()) {
+      if (on_down_part(keys[i])) {
+        out.push_back(ChunkStatus::kSkipped);
+      } else if (it == chunks_.end()) {
         out.push_back(ChunkStatus::kMiss);
       } else if (it->second.size() != dst[i].size()) {
         out.push_back(ChunkStatus::kCorrupt);
@@ -93,7 +129,7 @@ class FakeTier final : public Tier {
     std::lock_guard lock(mutex_);
     if (unreachable_) return make_error(ErrorCode::kUnavailable, name_ + " unreachable");
     std::vector<bool> out;
-    for (const ChunkKey& k : keys) out.push_back(chunks_.contains(k));
+    for (const ChunkKey& k : keys) out.push_back(!on_down_part(k) && chunks_.contains(k));
     return out;
   }
   Status do_ping(Duration) override {
@@ -104,6 +140,10 @@ class FakeTier final : public Tier {
   }
 
  private:
+  bool on_down_part(const ChunkKey& key) const {  // mutex held
+    return std::ranges::find(down_keys_, key) != down_keys_.end();
+  }
+
   const std::string name_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -112,6 +152,10 @@ class FakeTier final : public Tier {
   bool hold_puts_ = false;
   int blocked_in_put_ = 0;
   int pings_ = 0;
+  std::vector<DownPart> down_parts_;
+  std::vector<ChunkKey> down_keys_;
+  bool recover_parts_ = false;
+  int part_probes_ = 0;
 };
 
 }  // namespace kvtier::testing

@@ -1,9 +1,8 @@
-// Helpers for the disk tier's tests: chunks with known contents, one-key puts and gets, and a
-// forked child for what a test must not do to its own process (namespaces, seccomp).
+// Helpers for the disk tier's tests: chunks with known contents and one-key puts and gets (and
+// run_in_child, support/child_namespace.h).
 #pragma once
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -14,6 +13,7 @@
 
 #include "kvtier/tier/disk_tier.h"
 #include "support/byte_pattern.h"
+#include "support/child_namespace.h"
 
 namespace kvtier::testing {
 
@@ -64,23 +64,6 @@ inline ChunkStatus get_one(Tier& tier, uint64_t id, size_t bytes,
     return ChunkStatus::kError;
   }
   return (*r)[0];
-}
-
-// Runs body in a forked child (single-threaded, so it may unshare namespaces or install a
-// seccomp filter) and returns its exit status: 0 when body raised no gtest failure, 1 when it
-// did (the child prints its failures), or whatever the body _exit()ed with.
-inline int run_in_child(const std::function<void()>& body) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    body();
-    std::fflush(stdout);
-    ::_exit(::testing::Test::HasFailure() ? 1 : 0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace kvtier::testing

@@ -2,8 +2,6 @@
 // deleted segment file makes the tier fail so that the health wrapper marks it DOWN, and
 // recovers once the disk is usable again (H7).
 #include <gtest/gtest.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <sys/resource.h>
 
 #include <csignal>
@@ -274,28 +272,11 @@ void full_disk_scenario(const std::filesystem::path& dir, const std::function<vo
   for (uint64_t id = 0; id < 16; ++id) EXPECT_EQ(get_one(*rig.tier, id, kChunk), ChunkStatus::kOk);
 }
 
-bool write_file(const char* path, const std::string& text) {
-  std::ofstream f(path);
-  f << text;
-  f.flush();
-  return static_cast<bool>(f);
-}
-
 TEST(DiskTierHealth, H7_AFullDiskMarksTheTierDownAndItRecovers) {
   // A real full file system: a 4 MiB tmpfs, mounted in a child process's own user and mount
   // namespaces (no privileges needed).
   testing::TempDir mount_point;
-  const uid_t uid = ::getuid();
-  const gid_t gid = ::getgid();
-  const int status = testing::run_in_child([&] {
-    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) ::_exit(77);
-    write_file("/proc/self/setgroups", "deny");
-    if (!write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1") ||
-        !write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1") ||
-        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        ::mount("kvtier-test", mount_point.path().c_str(), "tmpfs", 0, "size=4m") != 0) {
-      ::_exit(77);
-    }
+  const int status = testing::run_with_small_tmpfs(mount_point.path(), "4m", [&] {
     const std::filesystem::path filler = mount_point.path() / "filler";
     full_disk_scenario(
         mount_point.path() / "disk",
@@ -307,7 +288,9 @@ TEST(DiskTierHealth, H7_AFullDiskMarksTheTierDownAndItRecovers) {
         },
         [&] { std::filesystem::remove(filler); }, "No space left on device");
   });
-  if (status == 77) GTEST_SKIP() << "no user namespaces here to mount a small tmpfs in";
+  if (status == testing::kNoUserNamespaces) {
+    GTEST_SKIP() << "no user namespaces here to mount a small tmpfs in";
+  }
   EXPECT_EQ(status, 0);
 }
 

@@ -108,6 +108,40 @@ TEST(HealthCheckedTier, H7_MissesAndCorruptChunksAreAnswersNotFailures) {
   EXPECT_EQ(c.misses, 1u);
 }
 
+TEST(HealthCheckedTier, H7_APartDownIsDegradedNotDownAndItsKeysAreSkipped) {
+  Rig rig;
+  const ChunkKey other{.lo = 3, .hi = 4};
+  rig.fake->set_down_parts({{.name = "node-b", .error = "refused"}}, {kKey});
+  std::vector<std::byte> a(16, std::byte{1}), b(16, std::byte{2});
+  const std::vector<ChunkKey> keys = {kKey, other};
+  const std::vector<std::span<const std::byte>> chunks = {a, b};
+  Result<std::vector<ChunkStatus>> put = rig.tier->put(keys, chunks, kTimeout);
+  ASSERT_TRUE(put);
+  EXPECT_EQ(*put, (std::vector{ChunkStatus::kSkipped, ChunkStatus::kOk}));
+  // Skipped keys are neither errors nor a reason to take the whole tier down.
+  EXPECT_EQ(rig.tier->state(), TierState::kDegraded);
+  TierMetrics m = rig.tier->metrics();
+  EXPECT_EQ(m.state, TierState::kDegraded);
+  ASSERT_EQ(m.down_parts.size(), 1u);
+  EXPECT_EQ(m.down_parts[0].name, "node-b");
+  EXPECT_EQ(m.down_parts[0].error, "refused");
+  EXPECT_EQ(m.counters.skipped_keys, 1u);
+  EXPECT_EQ(m.counters.errors, 0u);
+  EXPECT_EQ(degraded_names(m), std::vector<std::string>{"fake/node-b"});
+  EXPECT_EQ(*rig.tier->contains(keys, kTimeout), (std::vector<bool>{false, true}));
+  // The wrapper lets the tier probe its parts; it recovers by itself.
+  rig.fake->recover_parts_on_probe(true);
+  EXPECT_EQ(rig.tier->probe_if_due(), TierState::kUp);
+  EXPECT_EQ(rig.fake->part_probes(), 1);
+  EXPECT_TRUE(degraded_names(rig.tier->metrics()).empty());
+  // A DOWN tier is named whole, and does not probe parts until its own probe succeeds.
+  rig.fake->set_unreachable(true);
+  EXPECT_FALSE(rig.contains());
+  EXPECT_EQ(degraded_names(rig.tier->metrics()), std::vector<std::string>{"fake"});
+  EXPECT_EQ(rig.tier->probe_if_due(), TierState::kDown);
+  EXPECT_EQ(rig.fake->part_probes(), 1);
+}
+
 TEST(HealthCheckedTier, RejectsBadOptions) {
   EXPECT_THROW(HealthCheckedTier(nullptr, {}), std::invalid_argument);
   EXPECT_THROW(

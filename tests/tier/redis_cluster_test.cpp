@@ -1,6 +1,9 @@
 // RedisTier against a real three-master Redis Cluster on loopback ports, started by the test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "kvtier/tier/health_checked_tier.h"
 #include "kvtier/tier/redis_tier.h"
 #include "redis/redis_key_slot.h"
 #include "redis_process.h"
@@ -131,6 +134,155 @@ TEST_F(RedisClusterTest, FollowsAskWhileASlotMigrates) {
   EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, 1));
   EXPECT_TRUE(g.ok_chunks_intact);
   finish_migration(slot, to);  // so later tests see a clean map
+}
+
+// ---- H7: a master that fails takes down its slots, not the tier ----
+
+// The cluster's shape again after a test that killed or stopped a node, whatever the test did.
+class ClusterNodeRestorer {
+ public:
+  explicit ClusterNodeRestorer(RedisServerProcess& node) : node_(node) {}
+  ~ClusterNodeRestorer() {
+    node_.resume();
+    if (!node_.running()) {
+      EXPECT_TRUE(node_.restart(20s));
+    }
+    EXPECT_TRUE(RedisClusterProcess::wait_serving(node_, 20s));
+  }
+
+ private:
+  RedisServerProcess& node_;
+};
+
+class RedisClusterHealthTest : public RedisClusterTest {
+ protected:
+  static constexpr uint64_t kKeys = 48;
+
+  void SetUp() override {
+    RedisClusterTest::SetUp();
+    if (IsSkipped()) return;
+    auto inner =
+        RedisTier::open({.url = cluster_->url(),
+                         .key_prefix = redis_key_prefix({.model = "m", .layout_fingerprint = 2}),
+                         .node_health = health_});
+    ASSERT_TRUE(inner);
+    checked_ = std::make_unique<HealthCheckedTier>(std::move(*inner), health_);
+    ASSERT_EQ(*put_range(*checked_, 0, kKeys, kTimeout), all(ChunkStatus::kOk, kKeys));
+    // The victim: key 0's master. Which ids live there, and which elsewhere.
+    const std::string name = redis_tier().redis_key(key(0));
+    victim_ = &owner_of(name);
+    for (uint64_t id = 0; id < kKeys; ++id) {
+      const std::string k = redis_tier().redis_key(key(id));
+      (victim_->command({"EXISTS", k}, kTimeout).value_or("") == "1" ? on_victim_ : elsewhere_)
+          .push_back(id);
+    }
+    ASSERT_FALSE(on_victim_.empty());
+    ASSERT_FALSE(elsewhere_.empty());
+  }
+  RedisTier& redis_tier() { return static_cast<RedisTier&>(checked_->inner()); }
+
+  // The statuses the victim's keys should have (`victim`) while the others have kOk.
+  std::vector<ChunkStatus> expect(ChunkStatus victim) const {
+    std::vector<ChunkStatus> s(kKeys, ChunkStatus::kOk);
+    for (uint64_t id : on_victim_) s[id] = victim;
+    return s;
+  }
+  void expect_victim_named() {
+    const TierMetrics m = checked_->metrics();
+    EXPECT_EQ(m.state, TierState::kDegraded);
+    ASSERT_EQ(m.down_parts.size(), 1u);
+    EXPECT_EQ(m.down_parts[0].name, victim_->address());
+    EXPECT_FALSE(m.down_parts[0].error.empty());
+    EXPECT_EQ(degraded_names(m), std::vector<std::string>{"redis/" + victim_->address()});
+  }
+
+  ManualClock clock_;
+  const HealthOptions health_{
+      .probe_initial = 1s, .probe_max = 8s, .probe_timeout = 2s, .clock = &clock_};
+  std::unique_ptr<HealthCheckedTier> checked_;
+  RedisServerProcess* victim_ = nullptr;
+  std::vector<uint64_t> on_victim_, elsewhere_;
+};
+
+TEST_F(RedisClusterHealthTest, H7_AKilledMasterTakesDownOnlyItsSlotsAndRecoversByProbes) {
+  ClusterNodeRestorer restore(*victim_);
+  victim_->kill();
+
+  GetOutcome g = get_range(*checked_, 0, kKeys, kTimeout);
+  ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
+  EXPECT_EQ(*g.statuses, expect(ChunkStatus::kSkipped));  // the others' keys still served
+  EXPECT_TRUE(g.ok_chunks_intact);
+  EXPECT_EQ(checked_->state(), TierState::kDegraded);
+  expect_victim_named();
+  // Writes and lookups go on for the other masters; the victim's keys are skipped and counted.
+  EXPECT_EQ(*put_range(*checked_, 0, kKeys, kTimeout), expect(ChunkStatus::kSkipped));
+  const std::vector<bool> held = *checked_->contains(keys(0, kKeys), kTimeout);
+  for (uint64_t id = 0; id < kKeys; ++id) {
+    EXPECT_EQ(held[id], std::ranges::find(on_victim_, id) == on_victim_.end()) << id;
+  }
+  EXPECT_EQ(checked_->counters().skipped_keys, 2 * on_victim_.size());
+  EXPECT_EQ(checked_->counters().errors, 0u);
+
+  clock_.advance(1s);
+  EXPECT_EQ(checked_->probe_if_due(), TierState::kDegraded);  // still dead: backoff doubles
+  ASSERT_TRUE(victim_->restart(20s));
+  ASSERT_TRUE(RedisClusterProcess::wait_serving(*victim_, 20s));
+  clock_.advance(1s);
+  EXPECT_EQ(checked_->probe_if_due(), TierState::kDegraded);  // next probe not due yet
+  clock_.advance(1s);
+  EXPECT_EQ(checked_->probe_if_due(), TierState::kUp);
+  EXPECT_TRUE(checked_->metrics().down_parts.empty());
+  // The restarted master lost its data (no persistence): misses there, then a fresh round trip.
+  EXPECT_EQ(*get_range(*checked_, 0, kKeys, kTimeout).statuses, expect(ChunkStatus::kMiss));
+  ASSERT_EQ(*put_range(*checked_, 0, kKeys, kTimeout), all(ChunkStatus::kOk, kKeys));
+  g = get_range(*checked_, 0, kKeys, kTimeout);
+  EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, kKeys));
+  EXPECT_TRUE(g.ok_chunks_intact);
+}
+
+TEST_F(RedisClusterHealthTest, H7_AHungMasterCostsOneTimeoutThenItsKeysFailFast) {
+  ClusterNodeRestorer restore(*victim_);
+  victim_->pause();  // accepts connections, never answers
+
+  // The first call waits for the hung master until its timeout; the others answer meanwhile.
+  GetOutcome g = get_range(*checked_, 0, kKeys, 1s);
+  ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
+  EXPECT_EQ(*g.statuses, expect(ChunkStatus::kSkipped));
+  EXPECT_TRUE(g.ok_chunks_intact);
+  expect_victim_named();
+  // Later calls skip it at once: one that waited on it would take its whole 20 s timeout.
+  const auto t0 = std::chrono::steady_clock::now();
+  g = get_range(*checked_, 0, kKeys, 20s);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
+  EXPECT_EQ(*g.statuses, expect(ChunkStatus::kSkipped));
+  EXPECT_LT(took, 10s);
+
+  victim_->resume();
+  ASSERT_TRUE(RedisClusterProcess::wait_serving(*victim_, 20s));
+  clock_.advance(1s);
+  EXPECT_EQ(checked_->probe_if_due(), TierState::kUp);
+  g = get_range(*checked_, 0, kKeys, kTimeout);  // it kept its data
+  EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, kKeys));
+  EXPECT_TRUE(g.ok_chunks_intact);
+}
+
+TEST_F(RedisClusterHealthTest, H7_EveryMasterDownIsTheTierDown) {
+  std::vector<std::unique_ptr<ClusterNodeRestorer>> restore;
+  for (auto& node : cluster_->nodes()) {
+    restore.push_back(std::make_unique<ClusterNodeRestorer>(*node));
+    node->kill();
+  }
+  EXPECT_FALSE(get_range(*checked_, 0, kKeys, kTimeout).statuses);
+  EXPECT_EQ(checked_->state(), TierState::kDown);
+  EXPECT_EQ(degraded_names(checked_->metrics()), std::vector<std::string>{"redis"});
+  for (auto& node : cluster_->nodes()) ASSERT_TRUE(node->restart(20s));
+  for (auto& node : cluster_->nodes()) {
+    ASSERT_TRUE(RedisClusterProcess::wait_serving(*node, 20s));
+  }
+  clock_.advance(1s);
+  EXPECT_EQ(checked_->probe_if_due(), TierState::kUp);  // the tier's probe probes every master
+  EXPECT_EQ(*put_range(*checked_, 0, kKeys, kTimeout), all(ChunkStatus::kOk, kKeys));
 }
 
 }  // namespace

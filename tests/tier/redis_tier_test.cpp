@@ -2,12 +2,17 @@
 #include "kvtier/tier/redis_tier.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
 
 #include "kvtier/tier/chunk_record.h"
 #include "kvtier/tier/health_checked_tier.h"
+#include "redis/redis_key_slot.h"
 #include "redis_process.h"
 #include "redis_test_util.h"
 #include "support/temp_dir.h"
@@ -68,6 +73,27 @@ TEST_F(RedisTierTest, RoundTripsAPipelinedBatch) {
   EXPECT_EQ(c.bytes_read, 64 * kChunk);
   EXPECT_EQ(c.bytes_written, 64 * kChunk);
   EXPECT_EQ(server_->command({"DBSIZE"}, kTimeout).value(), "64");
+}
+
+TEST_F(RedisTierTest, RoundTripsChunksOfAnySizeStraightIntoTheirBuffers) {
+  // Values read across many socket reads, and sizes that end anywhere in a read.
+  auto tier = open_tier(server_->url());
+  const std::vector<size_t> sizes = {0, 1, 4095, (1 << 20) + 3, 3 << 20, 17};
+  std::vector<ChunkKey> ks = keys(100, sizes.size());
+  std::vector<std::vector<std::byte>> chunks;
+  for (size_t i = 0; i < sizes.size(); ++i) chunks.push_back(chunk(100 + i, sizes[i]));
+  const std::vector<std::span<const std::byte>> in(chunks.begin(), chunks.end());
+  ASSERT_EQ(*tier->put(ks, in, kTimeout), all(ChunkStatus::kOk, sizes.size()));
+  std::vector<std::vector<std::byte>> back;
+  for (size_t size : sizes) back.emplace_back(size, std::byte{0x5a});
+  const std::vector<std::span<std::byte>> out(back.begin(), back.end());
+  ASSERT_EQ(*tier->get(ks, out, kTimeout), all(ChunkStatus::kOk, sizes.size()));
+  EXPECT_EQ(back, chunks);
+  // A destination of another size than the record's: kCorrupt, never a partial copy served.
+  std::vector<std::byte> wrong(4096);
+  const std::span<std::byte> wrong_span(wrong);
+  EXPECT_EQ(*tier->get(std::span(&ks[2], 1), std::span(&wrong_span, 1), kTimeout),
+            all(ChunkStatus::kCorrupt, 1));
 }
 
 TEST_F(RedisTierTest, MissAndContains) {
@@ -163,6 +189,142 @@ TEST(RedisTier, ChunksRedisEvictsAreMissesNotErrors) {
   EXPECT_EQ(std::ranges::count(*g.statuses, ChunkStatus::kError), 0);
   EXPECT_TRUE(g.ok_chunks_intact);
   EXPECT_EQ(tier.state(), TierState::kUp);
+}
+
+// A stand-in for a server on a loopback port, for what no real redis-server sends on demand:
+// it reads each command whole, then sends a scripted reply ("{port}": its own) one byte per
+// send().
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(std::vector<std::string> replies) : replies_(std::move(replies)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(listener_, 1), 0);
+    EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ScriptedServer() {
+    ::shutdown(listener_, SHUT_RDWR);
+    thread_.join();
+    ::close(listener_);
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+
+ private:
+  void serve() {
+    const int fd = ::accept(listener_, nullptr, nullptr);
+    if (fd < 0) return;
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::string in;
+    for (std::string reply : replies_) {
+      if (const size_t at = reply.find("{port}"); at != std::string::npos) {
+        reply.replace(at, 6, std::to_string(port_));
+      }
+      // A command of n arguments is "*n\r\n" and two lines per argument.
+      for (;;) {
+        const size_t lines = count_lines(in);
+        if (lines > 0 && lines >= 1 + 2 * std::stoul(in.substr(1))) break;
+        char buffer[4096];
+        const ssize_t got = ::read(fd, buffer, sizeof buffer);
+        if (got <= 0) {
+          ::close(fd);
+          return;
+        }
+        in.append(buffer, static_cast<size_t>(got));
+      }
+      in.clear();
+      for (char c : reply) {
+        if (::send(fd, &c, 1, MSG_NOSIGNAL) != 1) break;
+      }
+    }
+    char buffer[64];
+    while (::read(fd, buffer, sizeof buffer) > 0) {
+    }
+    ::close(fd);
+  }
+  static size_t count_lines(const std::string& text) {
+    size_t lines = 0;
+    for (size_t at = text.find("\r\n"); at != std::string::npos; at = text.find("\r\n", at + 2)) {
+      ++lines;
+    }
+    return lines;
+  }
+
+  std::vector<std::string> replies_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(RedisTier, ReadsRepliesThatArriveByteByByte) {
+  const std::vector<std::byte> payload = chunk(7, 3000);
+  const std::vector<std::byte> record = encode_chunk_record(key(7), payload);
+  const std::string value(reinterpret_cast<const char*>(record.data()), record.size());
+  ScriptedServer server({"-ERR This instance has cluster support disabled\r\n",
+                         "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n", "$-1\r\n",
+                         ":1\r\n", "+OK\r\n"});
+  auto tier = open_tier(server.url(), kNamespace, /*pool_size=*/1);
+  std::vector<std::byte> back(payload.size());
+  const std::span<std::byte> dst(back);
+  const ChunkKey k = key(7);
+  EXPECT_EQ(*tier->get(std::span(&k, 1), std::span(&dst, 1), kTimeout), all(ChunkStatus::kOk, 1));
+  EXPECT_EQ(back, payload);
+  EXPECT_EQ(*tier->get(std::span(&k, 1), std::span(&dst, 1), kTimeout), all(ChunkStatus::kMiss, 1));
+  EXPECT_EQ(*tier->contains(std::span(&k, 1), kTimeout), std::vector<bool>{true});
+  const std::span<const std::byte> in(payload);
+  EXPECT_EQ(*tier->put(std::span(&k, 1), std::span(&in, 1), kTimeout), all(ChunkStatus::kOk, 1));
+}
+
+TEST(RedisTier, GarbledRepliesFailTheCallWithAClearError) {
+  for (const std::string garbled : {"$5\r\nabcdeXY", "%3\r\n", "$1x\r\n", "*1\r\n?\r\n"}) {
+    ScriptedServer server({"-ERR This instance has cluster support disabled\r\n", garbled});
+    auto tier = open_tier(server.url(), kNamespace, /*pool_size=*/1);
+    std::vector<std::byte> back(16);
+    const std::span<std::byte> dst(back);
+    const ChunkKey k = key(1);
+    Result<std::vector<ChunkStatus>> r = tier->get(std::span(&k, 1), std::span(&dst, 1), kTimeout);
+    ASSERT_FALSE(r) << garbled;
+    EXPECT_EQ(r.error().code, ErrorCode::kUnavailable) << garbled;
+    EXPECT_NE(r.error().message.find("protocol error"), std::string::npos) << r.error().message;
+  }
+}
+
+TEST(RedisTier, H7_AClusterMasterAnsweringClusterDownIsDownNotAKeyError) {
+  // Two masters, half the slots each; b answers CLUSTERDOWN, as a master does while its
+  // cluster state is not ok (a restarted node that has not rejoined yet).
+  auto tier_key = [](uint64_t id) { return redis_key_prefix(kNamespace) + key(id).hex(); };
+  uint64_t on_a = 0, on_b = 0;
+  while (redis_key_slot(tier_key(on_a)) >= 8192) ++on_a;
+  while (redis_key_slot(tier_key(on_b)) < 8192) ++on_b;
+  const std::vector<std::byte> payload = chunk(on_a, 100);
+  const std::vector<std::byte> record = encode_chunk_record(key(on_a), payload);
+  const std::string value(reinterpret_cast<const char*>(record.data()), record.size());
+  ScriptedServer b({"-CLUSTERDOWN The cluster is down\r\n"});
+  const std::string slots =
+      "*2\r\n*3\r\n:0\r\n:8191\r\n*2\r\n$9\r\n127.0.0.1\r\n:{port}\r\n"
+      "*3\r\n:8192\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" +
+      std::to_string(b.port()) + "\r\n";
+  ScriptedServer a({slots, "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n"});
+  HealthCheckedTier tier(open_tier(a.url(), kNamespace, /*pool_size=*/1), {});
+  const std::vector<ChunkKey> ks = {key(on_a), key(on_b)};
+  std::vector<std::byte> x(payload.size()), y(payload.size());
+  const std::vector<std::span<std::byte>> dst = {x, y};
+  Result<std::vector<ChunkStatus>> r = tier.get(ks, dst, kTimeout);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(*r, (std::vector{ChunkStatus::kOk, ChunkStatus::kSkipped}));
+  EXPECT_EQ(x, payload);
+  EXPECT_EQ(tier.state(), TierState::kDegraded);
+  const TierMetrics m = tier.metrics();
+  ASSERT_EQ(m.down_parts.size(), 1u);
+  EXPECT_EQ(m.down_parts[0].name, "127.0.0.1:" + std::to_string(b.port()));
+  EXPECT_NE(m.down_parts[0].error.find("CLUSTERDOWN"), std::string::npos) << m.down_parts[0].error;
 }
 
 TEST(RedisTier, UnreachableServerFailsTheCallNotTheOpen) {

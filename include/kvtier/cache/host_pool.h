@@ -8,6 +8,11 @@
 // Slot i occupies bytes [i * slot_bytes, (i + 1) * slot_bytes) of the mapping. Which slot holds
 // what is the CacheManager's business; the pool only owns memory.
 //
+// A pool from create_unregistered() is shared memory registered with no device: the process
+// that owns a host cache's memory but copies nothing through a device (an engine's scheduler
+// side, whose ranks map it with open_existing and copy through their devices) reads and writes
+// its slots with slot_ptr(); slot_address() is an error there.
+//
 // Lifetime: the Device must outlive the pool, and the pool must outlive every transfer that may
 // touch it; a pool with quarantined slots (F7) therefore lives as long as the process.
 // Thread-safety: the accessors are const and may be called from any thread.
@@ -35,6 +40,10 @@ class HostPool {
   static Result<std::unique_ptr<HostPool>> create(Device& device, size_t slot_bytes,
                                                   size_t num_slots, std::string_view shm_name = "");
 
+  // A new shared-memory object as create() makes it, mapped but registered with no device.
+  static Result<std::unique_ptr<HostPool>> create_unregistered(size_t slot_bytes, size_t num_slots,
+                                                               std::string_view shm_name);
+
   // Maps, read/write, the shared-memory object a pool in another process created with the same
   // name, slot_bytes and num_slots, and registers it with `device`. The object's size must be
   // exactly num_slots * slot_bytes (kInvalidArgument otherwise); kNotFound when there is none.
@@ -53,23 +62,31 @@ class HostPool {
   // Empty for anonymous memory.
   const std::string& shm_name() const { return shm_name_; }
   bool owns_name() const { return owns_name_; }
+  // Creator only (a no-op otherwise, and once done): removes the shared-memory name now. The
+  // memory stays mapped wherever it is and goes with the last mapping, so once every process
+  // that needs it has mapped it, no crash can leave it behind.
+  void unlink_name();
 
   std::byte* base() const { return base_; }
   // Throws std::out_of_range when slot >= num_slots().
   std::byte* slot_ptr(SlotId slot) const;
+  // Also std::logic_error for a pool registered with no device.
   DeviceAddress slot_address(SlotId slot) const;
 
  private:
-  HostPool(Device& device, size_t slot_bytes, size_t num_slots, std::string shm_name,
+  HostPool(Device* device, size_t slot_bytes, size_t num_slots, std::string shm_name,
            bool owns_name);
+  static Result<std::unique_ptr<HostPool>> create_named(Device* device, size_t slot_bytes,
+                                                        size_t num_slots,
+                                                        std::string_view shm_name);
   static Result<std::unique_ptr<HostPool>> map_and_register(std::unique_ptr<HostPool> pool, int fd);
   void check_slot(SlotId slot) const;
 
-  Device& device_;
+  Device* const device_;  // null: registered with no device
   const size_t slot_bytes_;
   const size_t num_slots_;
   const std::string shm_name_;
-  const bool owns_name_;
+  bool owns_name_;
   std::byte* base_ = nullptr;  // null until mapped
   DeviceAddress base_address_ = 0;
   bool registered_ = false;

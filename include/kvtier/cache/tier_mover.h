@@ -13,22 +13,30 @@
 // Chunks that prefetch() brought up are not written down again (they are in the tier they
 // came from).
 //
+// A chunk's bytes are slot s of each of the mover's pools, in order: one pool in kvtierd; in
+// an engine's in-process cache one per tensor-parallel rank (each holds that rank's share), so
+// a chunk in a tier is every rank's share, rank 0 first.
+//
 // Lookup. lower_hits(keys, from) counts the consecutive keys from `from` that some tier holds,
 // asking each tier only about keys the tiers above it lack; DOWN tiers are skipped (H7). It is
 // synchronous: it waits at most each UP tier's timeout (a tier that takes that long goes DOWN).
 //
-// Read-through (promotion). prefetch(keys) reserves host slots with prepare_store, so the keys
-// are pending in the CacheManager (a lookup says "ask again later"), and a background thread
-// fills each slot from the first tier that returns a verified chunk. poll() then completes the
-// store: kSucceeded for filled keys, kFailed for keys no tier could serve intact (missing,
-// corrupt, tier down): F3, such a slot is freed and never published.
+// Read-through (promotion). read_through(keys, host_hits), after a host lookup whose ready
+// prefix stopped at host_hits, prefetches the keys after it that a tier holds; a key whose
+// prefetch failed is not fetched again until the host pool stores it. prefetch(keys) reserves host
+// slots with prepare_store, so the keys are pending in the CacheManager (a lookup says "ask again
+// later"), and a background thread fills each slot from the first tier that returns a verified
+// chunk. poll() then completes the store: kSucceeded for filled keys, kFailed for keys no tier
+// could serve intact (missing, corrupt, tier down): F3, such a slot is freed and never published.
 //
-// Health. A tier that errors or times out is DOWN (health_checked_tier.h); degraded_tiers()
-// names the DOWN tiers for H7. The writer thread probes DOWN tiers whose probe is due every
-// health_tick, so a tier recovers even while nothing asks for it.
+// Health. A tier that errors or times out is DOWN (health_checked_tier.h); a tier with parts
+// down (a Redis Cluster's masters) is DEGRADED and serves the other parts' keys.
+// degraded_tiers() names both for H7 (degraded_names(): "redis" while DOWN, "redis/<node>"
+// for each node down). The writer thread probes DOWN tiers and down parts whose probe is due
+// every health_tick, so they recover even while nothing asks for them.
 //
-// Thread-safety: on_cache_events, demote_evicted, lower_hits, prefetch and poll must be called
-// from the thread that owns the CacheManager (the mover calls the CacheManager only from
+// Thread-safety: on_cache_events, demote_evicted, lower_hits, read_through (and its two steps),
+// prefetch and poll must be called from the thread that owns the CacheManager (the mover calls the CacheManager only from
 // there). counters(), tier_metrics(), degraded_tiers() and wait_idle() may be called from any
 // thread. The CacheManager and the HostPool must outlive the mover.
 #pragma once
@@ -75,6 +83,10 @@ struct TierMoverOptions {
 // a write_policy that parse_write_policy rejects.
 TierMoverOptions tier_mover_options(const TiersConfig& config);
 
+// The tiers a config section asks for (make_tiers, tier_factory.h), each with its call timeout;
+// none when neither tiers.disk_path nor tiers.redis_url is set. Errors name the field.
+Result<std::vector<MoverTier>> make_mover_tiers(const TiersConfig& config, const KeyNamespace& ns);
+
 struct TierMoverCounters {
   uint64_t writes_enqueued = 0;    // chunks copied into the write queue
   uint64_t writes_dropped = 0;     // chunks not enqueued: the queue was full
@@ -108,6 +120,10 @@ class TierMover {
   // is 0, or the pool's slot size differs from the cache's.
   TierMover(CacheManager& cache, const HostPool& pool, std::vector<MoverTier> tiers,
             TierMoverOptions options);
+  // A chunk is slot s of every pool in `pools`, in order (see above). Also
+  // std::invalid_argument for no pool, a null one, or pools of different sizes.
+  TierMover(CacheManager& cache, std::vector<const HostPool*> pools, std::vector<MoverTier> tiers,
+            TierMoverOptions options);
   // Stops the threads (queued writes are dropped, a running prefetch finishes) and fails every
   // prefetch not yet completed (complete_store kFailed), so no slot stays pending (F12). Call
   // from the owner thread.
@@ -122,6 +138,18 @@ class TierMover {
   void demote_evicted(const StorePlan& plan);
 
   size_t lower_hits(std::span<const ChunkKey> keys, size_t from);
+
+  // After a host lookup of `keys` whose ready prefix is keys[0, host_hits) and whose first miss
+  // is not pending: prefetches the keys after the prefix that the tiers hold (making the host
+  // hits the most recently used first, so the prefetch does not evict them). True when some
+  // are now pending. Synchronous: waits at most each UP tier's timeout.
+  bool read_through(std::span<const ChunkKey> keys, size_t host_hits);
+  // read_through in two steps, for an owner that guards its CacheManager with a lock it must not
+  // hold while the tiers are asked: read_through_lower asks them (how many keys after the prefix
+  // to fetch; it does not touch the CacheManager), read_through_start then starts the prefetch
+  // with that answer (it does). Nothing may store or evict in between.
+  size_t read_through_lower(std::span<const ChunkKey> keys, size_t host_hits);
+  bool read_through_start(std::span<const ChunkKey> keys, size_t host_hits, size_t lower);
 
   // Reserves slots for the keys absent from the host cache and starts filling them. Returns
   // how many keys are now pending; 0 also when prepare_store found no room.
@@ -143,10 +171,11 @@ class TierMover {
   };
   struct PrefetchJob {
     std::vector<ChunkKey> keys;
-    std::vector<std::span<std::byte>> slots;
+    std::vector<SlotId> slots;
     std::vector<bool> filled;
   };
 
+  size_t chunk_bytes() const { return cache_.slot_bytes() * pools_.size(); }
   bool enqueue_write(const ChunkKey& key, SlotId slot);
   void writer_loop();
   void write_batch(std::vector<WriteEntry>& batch);
@@ -156,7 +185,7 @@ class TierMover {
   bool idle_locked() const;
 
   CacheManager& cache_;
-  const HostPool& pool_;
+  const std::vector<const HostPool*> pools_;
   std::vector<MoverTier> tiers_;
   const TierMoverOptions options_;
 
@@ -173,6 +202,11 @@ class TierMover {
 
   // Owner thread only: keys poll() published, skipped by on_cache_events (at most num_slots).
   std::unordered_set<ChunkKey, ChunkKeyHash> promoted_;
+  // Owner thread only: keys read_through() prefetched that the host pool has not stored since
+  // (at most 4 * num_slots). One whose prefetch failed (missing, corrupt, tier down) is a miss
+  // until then: a tier that still says it holds it (Redis keeps a corrupt value) would otherwise
+  // make every lookup pending forever.
+  std::unordered_set<ChunkKey, ChunkKeyHash> prefetch_tried_;
 
   std::thread writer_;
   std::thread prefetcher_;

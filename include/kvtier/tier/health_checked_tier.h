@@ -1,53 +1,55 @@
-// HealthCheckedTier: wraps a tier with an UP/DOWN state, so that a tier that fails costs one
-// failed call, not one per request (H7: serving continues by recompute, the tier is named as
-// degraded, and it recovers on its own).
+// HealthCheckedTier: wraps a tier with an UP/DOWN state (health_state.h), so that a tier that
+// fails costs one failed call, not one per request (H7: serving continues by recompute, the
+// tier is named as degraded, and it recovers on its own).
 //
 // - UP: calls go to the tier. A call that fails whole (unreachable, timed out) or returns
 //   kError for any key marks the tier DOWN; the call's result is returned unchanged.
 // - DOWN: calls fail at once with kUnavailable without touching the tier (counted as
 //   skipped_calls). The first call at or after the next probe time, or probe_if_due(), pings
 //   the tier: success turns it UP (and that call proceeds), failure doubles the backoff, from
-//   probe_initial up to probe_max. kMiss and kCorrupt are answers, not failures.
+//   probe_initial up to probe_max. kMiss, kCorrupt and kSkipped are answers, not failures.
+// - DEGRADED: UP, while the tier names parts of itself that are down (Tier::down_parts(): a
+//   Redis Cluster's masters). Calls go through; the tier skips those parts' keys (kSkipped) and
+//   probes them itself; probe_if_due() lets it (Tier::probe_down_parts()).
 //
 // Thread-safety: every call may come from any thread; one probe runs at a time.
 #pragma once
 
+#include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
+#include <vector>
 
 #include "kvtier/core/clock.h"
+#include "kvtier/tier/health_state.h"
 #include "kvtier/tier/tier.h"
 
 namespace kvtier {
-
-enum class TierState { kUp, kDown };
-std::string_view to_string(TierState state);
-
-struct HealthOptions {
-  Duration probe_initial = std::chrono::seconds(1);
-  Duration probe_max = std::chrono::seconds(30);
-  Duration probe_timeout = std::chrono::seconds(1);  // of each ping
-  const Clock* clock = &SteadyClock::instance();     // must outlive the tier
-};
 
 // One tier as metrics and the health endpoint show it.
 struct TierMetrics {
   std::string name;
   TierState state = TierState::kUp;
-  std::string last_error;  // of the failure that made it DOWN; empty while UP
+  std::string last_error;            // of the failure that made it DOWN; empty unless DOWN
+  std::vector<DownPart> down_parts;  // while DEGRADED (empty while DOWN: the whole is down)
   TierCounters counters;
 };
 
+// The names under which the health endpoint reports a tier that is not UP (H7): the tier's
+// name while DOWN, tier_part_name(name, part) for each down part while DEGRADED, none while UP.
+std::vector<std::string> degraded_names(const TierMetrics& metrics);
+// "<tier>/<part>", e.g. "redis/10.0.0.7:6379".
+std::string tier_part_name(std::string_view tier, std::string_view part);
+
 class HealthCheckedTier final : public Tier {
  public:
-  // Throws std::invalid_argument for a null tier or clock, or probe_initial <= 0 or
-  // probe_max < probe_initial.
+  // Throws std::invalid_argument for a null tier, or options HealthState rejects.
   HealthCheckedTier(std::unique_ptr<Tier> inner, HealthOptions options);
 
   std::string name() const override { return inner_->name(); }
   TierState state() const;
-  // Pings the tier when it is DOWN and its probe is due; returns the state afterwards.
+  // Pings the tier when it is DOWN and its probe is due, or lets it probe its down parts
+  // (Tier::probe_down_parts()) while it is UP; returns the state afterwards.
   TierState probe_if_due();
   TierMetrics metrics() const;
   // The inner tier's counters plus skipped_calls.
@@ -68,18 +70,11 @@ class HealthCheckedTier final : public Tier {
   // True when the call may go to the tier (UP, or DOWN and a probe just succeeded).
   bool admit();
   std::unexpected<Error> skipped();
-  void mark_down(const std::string& error);
   void observe(const Result<std::vector<ChunkStatus>>& result);
 
   const std::unique_ptr<Tier> inner_;
-  const HealthOptions options_;
-  mutable std::mutex mutex_;
-  TierState state_ = TierState::kUp;
-  bool probing_ = false;
-  Duration backoff_{0};
-  TimePoint next_probe_{};
-  std::string last_error_;
-  uint64_t skipped_calls_ = 0;
+  HealthState health_;
+  std::atomic<uint64_t> skipped_calls_{0};
 };
 
 }  // namespace kvtier

@@ -6,11 +6,18 @@
 // records (chunk_record.h), so a value that was changed, truncated or written under another key
 // reads as kCorrupt. Redis's own maxmemory policy (e.g. allkeys-lru) bounds its size.
 //
-// Calls are pipelined per node: put is one SET per key, get one GET, contains one EXISTS, all
-// sent before the first reply is read. Cluster mode is detected on first contact; MOVED and ASK
-// redirections are followed (redis_router.h). Each node has a pool of up to pool_size
-// connections. The call's timeout bounds connecting, waiting for a pooled connection and every
-// socket read and write (redisConnectWithTimeout + redisSetTimeout).
+// Calls are pipelined per node: put is one SET per key, get one GET, contains one EXISTS, sent
+// without waiting for replies, to every node of the call at once. A chunk is never copied: a
+// SET sends it from the caller's buffer, a GET reads it into dst. Cluster mode is detected on
+// first contact; MOVED and ASK redirections are followed. Each node has a pool of up to
+// pool_size connections. The call's timeout bounds connecting, waiting for a pooled connection
+// and every socket read and write.
+//
+// Parts (tier.h): a Redis Cluster's masters. A master that cannot be reached, times out or
+// answers CLUSTERDOWN/LOADING is down: its keys are kSkipped at once (contains answers false)
+// while the other masters serve theirs, down_parts() names it ("host:port"), and it is probed
+// with the node_health backoff until it reports cluster_state:ok (or a failover gave its slots
+// to another master). When every master is down, calls fail whole. One server fails whole.
 //
 // open() does not connect: an engine starts while Redis is away, and the tier's first call
 // fails instead (the health wrapper then marks it DOWN and probes it).
@@ -22,6 +29,7 @@
 #include <string>
 
 #include "kvtier/core/chunk_key.h"
+#include "kvtier/tier/health_state.h"
 #include "kvtier/tier/tier.h"
 
 namespace kvtier {
@@ -35,14 +43,16 @@ class RedisRouter;
 std::string redis_key_prefix(const KeyNamespace& ns);
 
 struct RedisTierOptions {
-  std::string url;         // redis://host[:port] of the server or of any cluster node
-  std::string key_prefix;  // redis_key_prefix(namespace)
-  uint32_t pool_size = 4;  // connections per node, at most
+  std::string url;            // redis://host[:port] of the server or of any cluster node
+  std::string key_prefix;     // redis_key_prefix(namespace)
+  uint32_t pool_size = 4;     // connections per node, at most
+  HealthOptions node_health;  // the probes of a cluster's masters that are down
 };
 
 class RedisTier final : public Tier {
  public:
-  // kInvalidArgument for a malformed URL or a zero pool size. Does not connect.
+  // kInvalidArgument for a malformed URL, a zero pool size or node_health options that
+  // HealthState rejects. Does not connect.
   static Result<std::unique_ptr<RedisTier>> open(const RedisTierOptions& options);
   ~RedisTier() override;
 
@@ -51,6 +61,10 @@ class RedisTier final : public Tier {
   std::string redis_key(const ChunkKey& key) const { return options_.key_prefix + key.hex(); }
   // Whether the server turned out to be a cluster (false before the first successful call).
   bool cluster_mode() const;
+
+  // The cluster's masters that are down now; none for one server.
+  std::vector<DownPart> down_parts() const override;
+  void probe_down_parts() override;
 
  protected:
   Result<std::vector<ChunkStatus>> do_put(std::span<const ChunkKey> keys,

@@ -10,6 +10,12 @@
 // an xxh3 checksum. A record that fails the check on read is kCorrupt: a miss that is counted,
 // never served. Its bytes in dst are then unspecified and must not be used.
 //
+// Parts: a tier may consist of parts that fail alone (the masters of a Redis Cluster). While a
+// part is down the tier serves the keys of the others and skips that part's keys at once
+// (kSkipped: get and contains answer them as misses, put does not store them), names the part
+// in down_parts() and probes it itself, with a backoff (health_state.h). A tier of one part
+// (one disk, one redis-server) fails whole instead: the call returns an Error.
+//
 // Timeouts: every call takes one; a tier returns kDeadlineExceeded rather than block longer
 // than it (plus at most one IO that had already started, see each tier).
 //
@@ -39,6 +45,7 @@ enum class ChunkStatus : uint8_t {
   kMiss,     // get: the tier does not hold the key
   kCorrupt,  // get: the record failed its key or checksum check; a miss, never served
   kError,    // this key failed (IO error, server error reply); the others may have succeeded
+  kSkipped,  // not tried: the part of the tier that holds the key is down (a miss; not stored)
 };
 
 std::string_view to_string(ChunkStatus status);
@@ -52,6 +59,7 @@ struct TierCounters {
   uint64_t bytes_read = 0;      // payload bytes of hits
   uint64_t bytes_written = 0;   // payload bytes of chunks_written
   uint64_t skipped_calls = 0;   // calls not made because the tier was DOWN (health wrapper only)
+  uint64_t skipped_keys = 0;    // keys get() or put() returned kSkipped: their part was down
 };
 
 // f(name, value, kind) for every field (counter_kind.h); all are counters.
@@ -66,7 +74,14 @@ void visit_counters(const TierCounters& c, F&& f) {
   f("bytes_read", c.bytes_read, kCounter);
   f("bytes_written", c.bytes_written, kCounter);
   f("skipped_calls", c.skipped_calls, kCounter);
+  f("skipped_keys", c.skipped_keys, kCounter);
 }
+
+// A part of a tier that is down, as down_parts() names it.
+struct DownPart {
+  std::string name;   // e.g. "10.0.0.7:6379"
+  std::string error;  // of the failure that made it down, or of its last failed probe
+};
 
 class Tier {
  public:
@@ -96,6 +111,12 @@ class Tier {
   // Snapshot of what the public calls returned so far.
   virtual TierCounters counters() const;
 
+  // The parts of the tier that are down now (see "Parts" above); none for a tier of one part.
+  virtual std::vector<DownPart> down_parts() const { return {}; }
+  // Probes the down parts whose probe is due (the health wrapper calls it regularly, so that
+  // they recover while no call needs them).
+  virtual void probe_down_parts() {}
+
  protected:
   virtual Result<std::vector<ChunkStatus>> do_put(
       std::span<const ChunkKey> keys, std::span<const std::span<const std::byte>> chunks,
@@ -110,7 +131,7 @@ class Tier {
  private:
   struct Cells {
     std::atomic<uint64_t> hits{0}, misses{0}, corrupt{0}, errors{0}, chunks_written{0},
-        bytes_read{0}, bytes_written{0};
+        bytes_read{0}, bytes_written{0}, skipped_keys{0};
   };
   Cells cells_;
 };

@@ -32,7 +32,7 @@ class EngineCore {
         config_(config),
         core_(core),
         shape_(engine_shape(config)),
-        scheduler_(config, shape_),
+        scheduler_(engine_core_config(config, core), shape_, host_pool_name(config, getpid())),
         frontend_(context_, zmq::socket_type::dealer),
         workers_socket_(context_, zmq::socket_type::router),
         heartbeat_(std::chrono::duration_cast<Clock::duration>(
@@ -57,6 +57,9 @@ class EngineCore {
 
   int run() {
     if (!wait_for_workers()) return stop(1);
+    // Every worker mapped its share of the host pool (it says hello after): from now on no
+    // crash leaves the shared memory behind.
+    scheduler_.unlink_host_memory_names();
     std::vector<pid_t> pids;
     for (const Worker& w : workers_) pids.push_back(w.process.pid());
     send_message(frontend_,
@@ -255,8 +258,9 @@ class EngineCore {
   }
 
   void send_heartbeat() {
-    HeartbeatCounters c = heartbeat_counters(scheduler_.counters(), scheduler_.connector_counters(),
-                                             scheduler_.cache_counters());
+    HeartbeatCounters c =
+        heartbeat_counters(scheduler_.counters(), scheduler_.connector_counters(),
+                           scheduler_.cache_counters(), scheduler_.tier_counters());
     send_message(frontend_, {{"t", "hb"},
                              {"core", core_},
                              {"degraded", scheduler_.degraded()},

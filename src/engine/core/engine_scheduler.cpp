@@ -23,12 +23,12 @@ struct EngineScheduler::Request {
   State state = State::kWaiting;
 };
 
-EngineScheduler::EngineScheduler(const Config& config, const EngineShape& shape)
+EngineScheduler::EngineScheduler(const Config& config, const EngineShape& shape,
+                                 std::string host_pool_name)
     : config_(config), shape_(shape), blocks_(shape.device_blocks) {
-  SchedulerSide side = ConnectorFactory(config, connector_shape(shape)).scheduler_side();
-  cache_ = std::move(side.cache);
-  index_ = std::move(side.index);
-  connector_ = std::move(side.connector);
+  ConnectorShape connector = connector_shape(shape);
+  connector.host_pool_name = std::move(host_pool_name);
+  side_ = ConnectorFactory(config, std::move(connector)).scheduler_side();
 }
 
 EngineScheduler::~EngineScheduler() = default;
@@ -79,7 +79,7 @@ void EngineScheduler::abort(const std::string& id) {
 
 bool EngineScheduler::has_work() const {
   return !waiting_.empty() || !running_.empty() ||
-         (connector_ && connector_->counters().jobs_in_flight > 0);
+         (side_.connector && side_.connector->counters().jobs_in_flight > 0);
 }
 
 void EngineScheduler::extend_block_keys(Request& r) {
@@ -113,7 +113,7 @@ void EngineScheduler::release_blocks(Request& r) {
 }
 
 void EngineScheduler::preempt(Request& r) {
-  if (connector_) connector_->request_preempted(r.id);
+  if (side_.connector) side_.connector->request_preempted(r.id);
   release_blocks(r);
   r.num_computed = 0;
   r.state = State::kWaiting;
@@ -150,8 +150,8 @@ EngineScheduler::Admission EngineScheduler::admit(Request& r, size_t& budget,
   std::vector<uint32_t> hit = blocks_.acquire_cached(std::span(r.block_keys).first(usable));
   const size_t device_tokens = hit.size() * bs;
   Match match;
-  if (connector_) {
-    match = connector_->get_num_new_matched_tokens(
+  if (side_.connector) {
+    match = side_.connector->get_num_new_matched_tokens(
         {.id = r.id, .tokens = r.tokens, .num_prompt_tokens = r.prompt}, device_tokens);
   }
   auto give_back = [&] {
@@ -175,9 +175,9 @@ EngineScheduler::Admission EngineScheduler::admit(Request& r, size_t& budget,
     counters_.prompt_tokens += r.prompt;
     ++counters_.requests_admitted;
   }
-  if (connector_) {
-    connector_->update_state_after_alloc(r.id, GroupBlocks(shape_.layout.groups.size(), r.blocks),
-                                         match.tokens);
+  if (side_.connector) {
+    side_.connector->update_state_after_alloc(
+        r.id, GroupBlocks(shape_.layout.groups.size(), r.blocks), match.tokens);
   }
   running_.push_back(&r);
   r.progress_mark = std::max<uint64_t>(r.progress_mark, r.num_computed);
@@ -240,7 +240,7 @@ StepPlan EngineScheduler::plan_step() {
       break;
     }
   }
-  if (connector_) plan.metadata = connector_->build_step_metadata(input);
+  if (side_.connector) plan.metadata = side_.connector->build_step_metadata(input);
   plan.metadata.step = plan.step;
   for (size_t i = 0; i < scheduled.size(); ++i) {
     Request& r = *scheduled[i];
@@ -269,7 +269,7 @@ void EngineScheduler::finish(Request& r) {
   ++finished_;
   if (auto it = std::ranges::find(running_, &r); it != running_.end()) running_.erase(it);
   if (auto it = std::ranges::find(waiting_, &r); it != waiting_.end()) waiting_.erase(it);
-  if (connector_ && connector_->request_finished(r.id)) {
+  if (side_.connector && side_.connector->request_finished(r.id)) {
     r.state = State::kFinishing;  // its blocks stay until the connector releases them
     return;
   }
@@ -313,11 +313,11 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
   for (Request* r : done) finish(*r);
   last_scheduled_.clear();
   for (Request* r : aborted) finish(*r);
-  if (!connector_) return updates;
+  if (!side_.connector) return updates;
 
-  const StepOutcome outcome = connector_->update_from_worker_output(outputs);
+  const StepOutcome outcome = side_.connector->update_from_worker_output(outputs);
   // Nobody mirrors the cache's contents here: the events are dropped, not left to pile up.
-  counters_.cache_events += connector_->take_events().size();
+  counters_.cache_events += side_.connector->take_events().size();
   for (const LoadFinished& l : outcome.loads) {
     auto it = requests_.find(l.request);
     if (it == requests_.end()) continue;
@@ -359,7 +359,7 @@ std::vector<RequestUpdate> EngineScheduler::fail_all(const std::string& error) {
 ProgressSnapshot EngineScheduler::progress() const {
   ProgressSnapshot s{
       .finished = finished_,
-      .transfers_in_flight = connector_ && connector_->counters().jobs_in_flight > 0};
+      .transfers_in_flight = side_.connector && side_.connector->counters().jobs_in_flight > 0};
   for (const auto& [id, r] : requests_) {
     if (r->state == State::kFinishing) continue;
     s.requests.push_back(
@@ -376,21 +376,26 @@ EngineCounters EngineScheduler::counters() const {
 }
 
 std::optional<ConnectorCounters> EngineScheduler::connector_counters() const {
-  if (!connector_) return std::nullopt;
-  return connector_->counters();
+  if (!side_.connector) return std::nullopt;
+  return side_.connector->counters();
 }
 
 std::vector<std::string> EngineScheduler::degraded() const {
   std::vector<std::string> out;
-  if (connector_) {
-    if (auto reason = connector_->degraded()) out.push_back(std::move(*reason));
+  if (side_.connector) {
+    if (auto reason = side_.connector->degraded()) out.push_back(std::move(*reason));
   }
   return out;
 }
 
 std::optional<CacheCounters> EngineScheduler::cache_counters() const {
-  if (!cache_) return std::nullopt;
-  return cache_->counters();
+  if (!side_.cache) return std::nullopt;
+  return side_.cache->counters();
+}
+
+std::optional<TierReport> EngineScheduler::tier_counters() const {
+  if (!side_.mover) return std::nullopt;
+  return TierReport{.mover = side_.mover->counters(), .tiers = side_.mover->tier_metrics()};
 }
 
 }  // namespace kvtier

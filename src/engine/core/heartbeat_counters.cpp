@@ -20,7 +20,8 @@ auto add_to(HeartbeatCounters& out, std::string_view prefix) {
 
 HeartbeatCounters heartbeat_counters(const EngineCounters& engine,
                                      const std::optional<ConnectorCounters>& connector,
-                                     const std::optional<CacheCounters>& cache) {
+                                     const std::optional<CacheCounters>& cache,
+                                     const std::optional<TierReport>& tiers) {
   HeartbeatCounters out;
   visit_counters(engine, add_to(out, ""));
   if (connector) visit_counters(*connector, add_to(out, "kvtier_"));
@@ -30,6 +31,14 @@ HeartbeatCounters heartbeat_counters(const EngineCounters& engine,
     visit_counters(*cache, [&](std::string_view name, uint64_t value, CounterKind kind) {
       (name == "quarantined_bytes" ? quarantine : host)(name, value, kind);
     });
+  }
+  if (tiers) {
+    visit_counters(tiers->mover, add_to(out, "kvtier_tier_"));
+    for (const TierMetrics& t : tiers->tiers) {
+      const std::string prefix = "kvtier_tier_" + t.name + "_";
+      visit_counters(t.counters, add_to(out, prefix));
+      add_to(out, prefix)("down", t.state == TierState::kDown ? 1 : 0, CounterKind::kGauge);
+    }
   }
   return out;
 }

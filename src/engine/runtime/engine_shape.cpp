@@ -1,5 +1,6 @@
 #include "kvtier/engine/engine_shape.h"
 
+#include <filesystem>
 #include <stdexcept>
 
 namespace kvtier {
@@ -50,6 +51,26 @@ ConnectorShape connector_shape(const EngineShape& shape) {
 
 uint64_t max_request_tokens(const EngineShape& shape) {
   return uint64_t{shape.device_blocks} * shape.layout.groups.front().block_size + 1;
+}
+
+bool tiers_enabled(const Config& config) {
+  return config.connector.enabled && config.cache.mode == CacheMode::kLocal &&
+         (!config.tiers.disk_path.empty() || !config.tiers.redis_url.empty());
+}
+
+Config engine_core_config(const Config& config, uint32_t core) {
+  Config out = config;
+  const uint32_t cores = config.engine.engine_cores;
+  if (cores > 1 && !config.tiers.disk_path.empty()) {
+    out.tiers.disk_path =
+        (std::filesystem::path(config.tiers.disk_path) / ("core-" + std::to_string(core))).string();
+    out.tiers.disk_bytes = config.tiers.disk_bytes / cores;
+  }
+  return out;
+}
+
+std::string host_pool_name(const Config& config, pid_t core_pid) {
+  return tiers_enabled(config) ? "/kvtier-" + std::to_string(core_pid) + "-host" : "";
 }
 
 std::string frontend_endpoint(const std::string& run_dir) {

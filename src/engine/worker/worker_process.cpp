@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "kvtier/connector/connector_factory.h"
 #include "kvtier/connector/worker_connector.h"
@@ -37,8 +39,11 @@ class Worker {
         socket_(context_, zmq::socket_type::dealer) {
     compute_ = fault_.create_stream();
     step_done_ = fault_.create_event();
-    // The connector's worker side for the configured cache, with the rank's KV caches.
-    connector_ = ConnectorFactory(config, connector_shape(shape_))
+    // The connector's worker side for the configured cache, with the rank's KV caches (and,
+    // with tiers, the rank's share of the host pool its engine core, the parent, created).
+    ConnectorShape cshape = connector_shape(shape_);
+    cshape.host_pool_name = host_pool_name(config, getppid());
+    connector_ = ConnectorFactory(config, std::move(cshape))
                      .worker(WorkerSetup{.rank = rank,
                                          .device_blocks = shape_.device_blocks,
                                          .device = &fault_,
@@ -65,13 +70,11 @@ class Worker {
 
   int run() {
     send_message(socket_, {{"t", "hello"}, {"rank", rank_}, {"pid", getpid()}});
-    const auto heartbeat = std::chrono::milliseconds(
-        std::max<int64_t>(1, static_cast<int64_t>(config_.engine.heartbeat_interval_s * 1000)));
     for (;;) {
       if (stop_requested_.load()) return 0;  // SIGINT/SIGTERM: as a shutdown message
       zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, heartbeat) == 0) {
-        send_message(socket_, {{"t", "hb"}, {"rank", rank_}});
+      if (zmq::poll(&item, 1, heartbeat_) == 0) {
+        send_heartbeat();
         continue;
       }
       auto msg = try_receive(socket_, false);
@@ -124,13 +127,16 @@ class Worker {
       std::exception_ptr error;
       fault_.launch_host_func(compute_, [&] {
         try {
+          if (config_.faults.slow_forward_s > 0) {
+            std::this_thread::sleep_for(seconds_to_duration(config_.faults.slow_forward_s));
+          }
           logits = model_.forward_batch(inputs, shape_.layout, caches_, *collective_);
         } catch (...) {
           error = std::current_exception();
         }
       });
       fault_.record(step_done_, compute_);
-      fault_.synchronize(step_done_);
+      wait_for_forward_pass();
       if (error) std::rethrow_exception(error);
       for (const auto& l : logits) sampled.push_back(greedy_token(l));
     }
@@ -139,6 +145,24 @@ class Worker {
     send_message(
         socket_,
         {{"t", "done"}, {"step", body.at("step")}, {"tokens", sampled}, {"output", to_json(out)}});
+  }
+
+  void send_heartbeat() {
+    send_message(socket_, {{"t", "hb"}, {"rank", rank_}});
+    next_heartbeat_ = std::chrono::steady_clock::now() + heartbeat_;
+  }
+
+  // Waits for the forward pass on the compute stream, heartbeating meanwhile: the engine core's
+  // stall check (H6) hears from this process while it is scheduled at all, also during a step
+  // longer than the heartbeat interval or one waiting in the collective for a peer. A forward
+  // pass that never ends is the engine core's progress watchdog's to report (H8).
+  void wait_for_forward_pass() {
+    auto backoff = std::chrono::microseconds(10);
+    while (!fault_.query(step_done_)) {
+      if (std::chrono::steady_clock::now() >= next_heartbeat_) send_heartbeat();
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
+    }
   }
 
   const std::atomic<bool>& stop_requested_;
@@ -155,6 +179,9 @@ class Worker {
   zmq::context_t context_;
   std::unique_ptr<Collective> collective_;
   zmq::socket_t socket_;
+  const std::chrono::milliseconds heartbeat_{
+      std::max<int64_t>(1, static_cast<int64_t>(config_.engine.heartbeat_interval_s * 1000))};
+  std::chrono::steady_clock::time_point next_heartbeat_{};
 };
 
 }  // namespace

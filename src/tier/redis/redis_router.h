@@ -6,63 +6,94 @@
 // command goes to the master of its key's slot, redis_key_slot.h). Redirections are followed:
 // MOVED updates the slot map (and refreshes it whole from CLUSTER SLOTS), ASK sends the command
 // once more to the named node preceded by ASKING. A command still redirected after
-// kMaxRedirects rounds gets no reply (nullptr).
+// kMaxRedirects rounds is kUnrouted. The nodes of one batch are served at once
+// (run_pipelines), so a node that hangs holds up only its own commands.
 //
-// Thread-safety: execute() and ping_all() may be called from several threads at once.
+// Per-node health (cluster only). Each master has a HealthState (health_state.h). A master that
+// cannot be reached, times out, or answers CLUSTERDOWN or LOADING is DOWN: its commands are
+// kSkipped at once, without contacting it, while the other masters serve theirs. The first
+// batch for it after its probe time probes it first (or probe_down_nodes() does): the slot map
+// is reloaded from another master (after a failover the slots have a new master, and the node
+// is no longer part of the tier), then the node must report cluster_state:ok. When every
+// master is DOWN, execute() fails whole, as a single server that is down does: the tier is down.
+//
+// Thread-safety: every public call may come from several threads at once.
 #pragma once
 
 #include <array>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "kvtier/tier/health_state.h"
+#include "kvtier/tier/tier.h"
 #include "redis_connection.h"
 
 namespace kvtier::tier_internal {
 
-struct RedisCommand {
-  std::string_view key;                // routes the command
-  std::vector<std::string_view> args;  // the whole command, key included; not owned
-  std::string_view tail = {};          // sent as the end of the last argument; not owned
+enum class CommandOutcome : uint8_t {
+  kReplied,   // replies[i] holds the node's reply
+  kSkipped,   // its node is down (cluster): not sent, or no reply
+  kUnrouted,  // still redirected after kMaxRedirects rounds
+};
+
+struct BatchReplies {
+  std::vector<RedisReply> replies;
+  std::vector<CommandOutcome> outcomes;
 };
 
 class RedisRouter {
  public:
   static constexpr int kMaxRedirects = 5;
 
-  RedisRouter(RedisEndpoint seed, size_t connections_per_node)
-      : seed_(std::move(seed)), connections_per_node_(connections_per_node) {}
+  // node_health: the probes of a cluster's masters (probe_timeout bounds each probe).
+  RedisRouter(RedisEndpoint seed, size_t connections_per_node, HealthOptions node_health);
 
-  // One reply per command (nullptr: still redirected after kMaxRedirects). An error when a node
-  // could not be reached or did not answer in time; the call then has no partial results.
-  Result<std::vector<RedisReplyPtr>> execute(std::span<const RedisCommand> commands,
-                                             TimePoint deadline);
-  // PING to every master (to the seed alone when not a cluster).
+  // One reply or outcome per command. An error when the call reaches no node: one server
+  // that cannot be reached or does not answer in time (the call then has no partial results),
+  // the cluster's topology unknown and its seed unreachable, or every master DOWN.
+  Result<BatchReplies> execute(std::span<const RedisCommand> commands, TimePoint deadline);
+  // One server: PING. A cluster: every master that is UP must answer, and every DOWN one is
+  // probed now; succeeds when some master serves.
   Status ping_all(TimePoint deadline);
   // Known after the first successful call.
   bool cluster_mode() const;
+  // The masters that are DOWN now.
+  std::vector<DownPart> down_nodes() const;
+  // Probes the DOWN masters whose probe is due.
+  void probe_down_nodes();
 
  private:
+  struct Group;
+
   Status ensure_topology(TimePoint deadline);
   // CLUSTER SLOTS from `node`; false when the node is not in cluster mode.
   Result<bool> load_topology(const RedisEndpoint& node, TimePoint deadline);
   RedisEndpoint node_for(std::string_view key) const;
   RedisConnectionPool& pool_for(const RedisEndpoint& endpoint);
-  // One command on one node, no redirections followed.
-  Result<RedisReplyPtr> run_one(const RedisEndpoint& node, const RedisCommand& command,
-                                TimePoint deadline);
-  // Runs the commands `which` on one node, pipelined. Fills replies, or records redirections.
-  Status run_on_node(const RedisEndpoint& node, std::span<const RedisCommand> commands,
-                     const std::vector<size_t>& which, std::vector<RedisReplyPtr>& replies,
-                     std::vector<std::optional<RedisEndpoint>>& ask, std::vector<size_t>& again,
-                     bool& moved, TimePoint deadline);
+  // One command on each node, at once; no redirections followed.
+  std::vector<Result<RedisReply>> run_on_each(std::span<const RedisEndpoint> nodes,
+                                              std::vector<std::string_view> args,
+                                              TimePoint deadline);
+  Result<RedisReply> run_one(const RedisEndpoint& node, std::vector<std::string_view> args,
+                             TimePoint deadline);
+
+  bool cluster_known() const;
+  std::vector<RedisEndpoint> masters() const;
+  HealthState& health_of(const RedisEndpoint& node);
+  // Whether commands may go to `node` now (probing it when due); always true for one server.
+  bool admit(const RedisEndpoint& node);
+  // The probe of a DOWN master (see the top of this file).
+  Status probe_node(const RedisEndpoint& node);
+  bool every_master_down();
+  std::string down_summary();
 
   const RedisEndpoint seed_;
   const size_t connections_per_node_;
+  const HealthOptions node_health_;
 
   mutable std::mutex topology_mutex_;
   bool topology_known_ = false;
@@ -72,6 +103,9 @@ class RedisRouter {
 
   std::mutex pools_mutex_;
   std::map<std::string, std::unique_ptr<RedisConnectionPool>> pools_;  // never removed
+
+  mutable std::mutex health_mutex_;
+  std::map<std::string, std::unique_ptr<HealthState>> health_;  // per node; never removed
 };
 
 }  // namespace kvtier::tier_internal

@@ -2,7 +2,7 @@
 
 #include <array>
 #include <cstdio>
-#include <cstring>
+#include <stdexcept>
 
 #include "kvtier/tier/chunk_record.h"
 #include "redis_router.h"
@@ -10,8 +10,10 @@
 namespace kvtier {
 namespace {
 
+using tier_internal::BatchReplies;
+using tier_internal::CommandOutcome;
 using tier_internal::RedisCommand;
-using tier_internal::RedisReplyPtr;
+using tier_internal::RedisReply;
 
 TimePoint deadline_after(Duration timeout) {
   return SteadyClock::instance().now() + timeout;
@@ -21,21 +23,9 @@ std::string_view as_text(std::span<const std::byte> bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
-std::span<const std::byte> as_bytes(const redisReply* r) {
-  return {reinterpret_cast<const std::byte*>(r->str), r->len};
-}
-
-// One `<verb> <redis key>` command per key, pipelined.
-Result<std::vector<RedisReplyPtr>> run_per_key(tier_internal::RedisRouter& router,
-                                               const RedisTier& tier, std::string_view verb,
-                                               std::span<const ChunkKey> keys, Duration timeout) {
-  std::vector<std::string> names;
-  names.reserve(keys.size());
-  for (const ChunkKey& key : keys) names.push_back(tier.redis_key(key));
-  std::vector<RedisCommand> commands;
-  commands.reserve(names.size());
-  for (const std::string& name : names) commands.push_back({.key = name, .args = {verb, name}});
-  return router.execute(commands, deadline_after(timeout));
+// The status of a command that got no reply: its node was down, or it stayed redirected.
+ChunkStatus without_reply(CommandOutcome outcome) {
+  return outcome == CommandOutcome::kSkipped ? ChunkStatus::kSkipped : ChunkStatus::kError;
 }
 
 }  // namespace
@@ -62,12 +52,25 @@ Result<std::unique_ptr<RedisTier>> RedisTier::open(const RedisTierOptions& optio
   }
   Result<tier_internal::RedisEndpoint> seed = tier_internal::parse_redis_url(options.url);
   if (!seed) return std::unexpected(seed.error());
-  return std::unique_ptr<RedisTier>(new RedisTier(
-      options, std::make_unique<tier_internal::RedisRouter>(*seed, options.pool_size)));
+  try {
+    return std::unique_ptr<RedisTier>(
+        new RedisTier(options, std::make_unique<tier_internal::RedisRouter>(
+                                   *seed, options.pool_size, options.node_health)));
+  } catch (const std::invalid_argument& e) {
+    return make_error(ErrorCode::kInvalidArgument, std::string("redis tier: ") + e.what());
+  }
 }
 
 bool RedisTier::cluster_mode() const {
   return router_->cluster_mode();
+}
+
+std::vector<DownPart> RedisTier::down_parts() const {
+  return router_->down_nodes();
+}
+
+void RedisTier::probe_down_parts() {
+  router_->probe_down_nodes();
 }
 
 Result<std::vector<ChunkStatus>> RedisTier::do_put(
@@ -78,22 +81,28 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
   std::vector<RedisCommand> commands;
   names.reserve(keys.size());
   commands.reserve(keys.size());
+  for (const ChunkKey& key : keys) names.push_back(redis_key(key));
   for (size_t i = 0; i < keys.size(); ++i) {
-    names.push_back(redis_key(keys[i]));
-    encode_chunk_header(keys[i], chunks[i], headers[i]);
+    // The value is the record: its header, then the payload, both sent from where they are.
+    // The header (the payload's checksum) is computed as the SET goes out, so that the send
+    // finds the payload in the cache.
+    commands.push_back(
+        {.key = names[i],
+         .args = {"SET", names[i], ""},
+         .tail = {as_text(headers[i]), as_text(chunks[i])},
+         .on_release = [&, i] { encode_chunk_header(keys[i], chunks[i], headers[i]); }});
   }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    // The value is the record: header, then the payload straight from the caller's buffer.
-    commands.push_back({.key = names[i],
-                        .args = {"SET", names[i], as_text(headers[i])},
-                        .tail = as_text(chunks[i])});
-  }
-  Result<std::vector<RedisReplyPtr>> replies = router_->execute(commands, deadline_after(timeout));
-  if (!replies) return std::unexpected(replies.error());
+  Result<BatchReplies> batch = router_->execute(commands, deadline_after(timeout));
+  if (!batch) return std::unexpected(batch.error());
   std::vector<ChunkStatus> statuses;
-  for (const RedisReplyPtr& r : *replies) {
-    const bool ok = r && r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "OK";
-    statuses.push_back(ok ? ChunkStatus::kOk : ChunkStatus::kError);
+  statuses.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (batch->outcomes[i] != CommandOutcome::kReplied) {
+      statuses.push_back(without_reply(batch->outcomes[i]));
+    } else {
+      statuses.push_back(batch->replies[i].is_status("OK") ? ChunkStatus::kOk
+                                                           : ChunkStatus::kError);
+    }
   }
   return statuses;
 }
@@ -101,41 +110,64 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
 Result<std::vector<ChunkStatus>> RedisTier::do_get(std::span<const ChunkKey> keys,
                                                    std::span<const std::span<std::byte>> dst,
                                                    Duration timeout) {
-  Result<std::vector<RedisReplyPtr>> replies = run_per_key(*router_, *this, "GET", keys, timeout);
-  if (!replies) return std::unexpected(replies.error());
-  std::vector<ChunkStatus> statuses;
+  std::vector<std::string> names;
+  std::vector<std::array<std::byte, kChunkRecordHeaderBytes>> headers(keys.size());
+  std::vector<RedisCommand> commands;
+  names.reserve(keys.size());
+  commands.reserve(keys.size());
+  for (const ChunkKey& key : keys) names.push_back(redis_key(key));
+  std::vector<uint8_t> verified(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
-    const redisReply* r = (*replies)[i].get();
-    if (r == nullptr || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
-      statuses.push_back(ChunkStatus::kError);
-      continue;
-    }
-    if (r->type == REDIS_REPLY_NIL) {
+    // A record of the expected size is read straight into its header and dst[i], and verified
+    // as soon as it is there, while it is in the cache.
+    commands.push_back({.key = names[i],
+                        .args = {"GET", names[i]},
+                        .head = headers[i],
+                        .body = dst[i],
+                        .on_reply = [&, i](const RedisReply& r) {
+                          verified[i] =
+                              r.in_buffers &&
+                              verify_chunk_record(headers[i], keys[i], dst[i]) == RecordCheck::kOk;
+                        }});
+  }
+  Result<BatchReplies> batch = router_->execute(commands, deadline_after(timeout));
+  if (!batch) return std::unexpected(batch.error());
+  std::vector<ChunkStatus> statuses;
+  statuses.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const RedisReply& r = batch->replies[i];
+    if (batch->outcomes[i] != CommandOutcome::kReplied) {
+      statuses.push_back(without_reply(batch->outcomes[i]));
+    } else if (r.type == RedisReply::Type::kNil) {
       statuses.push_back(ChunkStatus::kMiss);
-      continue;
+    } else if (r.type != RedisReply::Type::kString) {
+      statuses.push_back(ChunkStatus::kError);
+    } else if (!r.in_buffers) {
+      statuses.push_back(ChunkStatus::kCorrupt);  // not a record of this size; never copied out
+    } else {
+      // dst[i] holds the payload; one that failed the check is left there, unspecified.
+      statuses.push_back(verified[i] ? ChunkStatus::kOk : ChunkStatus::kCorrupt);
     }
-    const std::span<const std::byte> record = as_bytes(r);
-    if (record.size() != kChunkRecordHeaderBytes + dst[i].size() ||
-        verify_chunk_record(record.first(kChunkRecordHeaderBytes), keys[i],
-                            record.subspan(kChunkRecordHeaderBytes)) != RecordCheck::kOk) {
-      statuses.push_back(ChunkStatus::kCorrupt);  // never copied out
-      continue;
-    }
-    if (!dst[i].empty()) {
-      std::memcpy(dst[i].data(), record.data() + kChunkRecordHeaderBytes, dst[i].size());
-    }
-    statuses.push_back(ChunkStatus::kOk);
   }
   return statuses;
 }
 
 Result<std::vector<bool>> RedisTier::do_contains(std::span<const ChunkKey> keys, Duration timeout) {
-  Result<std::vector<RedisReplyPtr>> replies =
-      run_per_key(*router_, *this, "EXISTS", keys, timeout);
-  if (!replies) return std::unexpected(replies.error());
+  std::vector<std::string> names;
+  std::vector<RedisCommand> commands;
+  names.reserve(keys.size());
+  commands.reserve(keys.size());
+  for (const ChunkKey& key : keys) names.push_back(redis_key(key));
+  for (const std::string& name : names) commands.push_back({.key = name, .args = {"EXISTS", name}});
+  Result<BatchReplies> batch = router_->execute(commands, deadline_after(timeout));
+  if (!batch) return std::unexpected(batch.error());
   std::vector<bool> present;
-  for (const RedisReplyPtr& r : *replies) {
-    present.push_back(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+  present.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const RedisReply& r = batch->replies[i];
+    // A key of a master that is down is not there as far as anyone can use it.
+    present.push_back(batch->outcomes[i] == CommandOutcome::kReplied &&
+                      r.type == RedisReply::Type::kInteger && r.integer == 1);
   }
   return present;
 }

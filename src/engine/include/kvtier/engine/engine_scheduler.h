@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvtier/cache/cache_manager.h"
+#include "kvtier/cache/tier_mover.h"
 #include "kvtier/connector/scheduler_connector.h"
 #include "kvtier/core/config.h"
 #include "kvtier/core/counter_kind.h"
@@ -90,9 +91,16 @@ void visit_counters(const EngineCounters& c, F&& f) {
   f("requests_waiting", uint64_t{c.waiting}, kGauge);
 }
 
+// What the tier mover below the in-process host cache reports (EngineScheduler::tier_counters).
+struct TierReport {
+  TierMoverCounters mover;
+  std::vector<TierMetrics> tiers;
+};
+
 class EngineScheduler {
  public:
-  EngineScheduler(const Config& config, const EngineShape& shape);
+  // `host_pool_name`: ConnectorShape::host_pool_name (the engine core's, when tiers are on).
+  EngineScheduler(const Config& config, const EngineShape& shape, std::string host_pool_name = "");
   ~EngineScheduler();
 
   // Queues a request. One that can never run is rejected at once (an update with `rejected`):
@@ -110,8 +118,12 @@ class EngineScheduler {
   std::vector<RequestUpdate> finish_step(const std::vector<TokenId>& sampled,
                                          const std::vector<WorkerOutput>& outputs);
 
-  bool fail_stopped() const { return connector_ && connector_->fail_stopped(); }
-  std::string fail_stop_reason() const { return connector_ ? connector_->fail_stop_reason() : ""; }
+  bool fail_stopped() const { return side_.connector && side_.connector->fail_stopped(); }
+  std::string fail_stop_reason() const {
+    return side_.connector ? side_.connector->fail_stop_reason() : "";
+  }
+  // See SchedulerSide::unlink_host_memory_names: once every worker mapped its pool.
+  void unlink_host_memory_names() { side_.unlink_host_memory_names(); }
   // Ends every request with `error` (the engine is failing).
   std::vector<RequestUpdate> fail_all(const std::string& error);
 
@@ -120,6 +132,8 @@ class EngineScheduler {
   EngineCounters counters() const;
   std::optional<ConnectorCounters> connector_counters() const;
   std::optional<CacheCounters> cache_counters() const;
+  // With tiers below the in-process host cache: the mover's counters and each tier's.
+  std::optional<TierReport> tier_counters() const;
   // H7: what of the cache is down (`cache.mode: server`: kvtierd unreachable, a tier below it
   // down); empty when all is well.
   std::vector<std::string> degraded() const;
@@ -143,9 +157,7 @@ class EngineScheduler {
   const EngineShape shape_;
   BlockPool blocks_;
   // The connector's scheduler side (ConnectorFactory); all null when connector.enabled is false.
-  std::unique_ptr<CacheManager> cache_;  // cache.mode: local
-  std::unique_ptr<CacheIndex> index_;
-  std::unique_ptr<SchedulerConnector> connector_;
+  SchedulerSide side_;
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // admission order

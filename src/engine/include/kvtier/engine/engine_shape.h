@@ -3,6 +3,8 @@
 // per group and the host cache's slots.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -31,6 +33,18 @@ ConnectorShape connector_shape(const EngineShape& shape);
 // The most prompt + max_tokens one request may have: its KV at its longest (every token but the
 // last generated one) fills the device blocks of one group. A longer request can never run.
 uint64_t max_request_tokens(const EngineShape& shape);
+
+// Whether the config asks for tiers below the host cache (tiers.disk_path or tiers.redis_url).
+bool tiers_enabled(const Config& config);
+
+// The config engine core `core` runs: with several cores each has its own directory of the disk
+// tier (a disk tier directory has one owner), tiers.disk_path/core-<core>, and an equal share of
+// tiers.disk_bytes. With one core, `config` unchanged.
+Config engine_core_config(const Config& config, uint32_t core);
+
+// ConnectorShape::host_pool_name of the engine core with pid `core_pid` when tiers are on (its
+// workers, its children, name it from getppid()); empty otherwise.
+std::string host_pool_name(const Config& config, pid_t core_pid);
 
 // ZeroMQ endpoints in the run dir (docs/engine.md).
 std::string frontend_endpoint(const std::string& run_dir);

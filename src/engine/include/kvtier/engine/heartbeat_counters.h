@@ -5,6 +5,9 @@
 //   - ConnectorCounters, when the connector is on, with "kvtier_" before the name;
 //   - CacheCounters, with the in-process host cache, with "kvtier_host_" before the name, except
 //     quarantined_bytes: "kvtier_quarantined_bytes";
+//   - with tiers below it, TierMoverCounters with "kvtier_tier_" before the name, and per tier
+//     its TierCounters with "kvtier_tier_<tier>_" and the gauge "kvtier_tier_<tier>_down" (1
+//     while DOWN, H7);
 // and "_total" after the name of every counter, never of a gauge. The frontend's /metrics
 // shows each as kvtier_core_<name>, with its kind as the Prometheus type.
 #pragma once
@@ -25,6 +28,7 @@ struct HeartbeatCounters {
 
 HeartbeatCounters heartbeat_counters(const EngineCounters& engine,
                                      const std::optional<ConnectorCounters>& connector,
-                                     const std::optional<CacheCounters>& cache);
+                                     const std::optional<CacheCounters>& cache,
+                                     const std::optional<TierReport>& tiers = std::nullopt);
 
 }  // namespace kvtier

@@ -1,0 +1,58 @@
+// TieredCacheIndex: the in-process host cache with the tiers below it (cache.mode local with
+// tiers.disk_path or tiers.redis_url set): a CacheManager and a TierMover over the host pool's
+// memory, as kvtierd runs them (docs/tiers.md).
+//
+// In addition to CacheIndex's contract:
+// - lookup: where the ready prefix stops short and the first miss is not pending, the keys
+//   after it that a tier holds are prefetched and the answer says pending (ask again later),
+//   never counting them as hits; a later lookup finds the verified ones ready. A chunk no tier
+//   could serve intact is freed unpublished (F3) and is a miss from then on.
+// - prepare_store: under write_policy on_evict, the chunks the plan evicts are copied out for
+//   the tiers before the plan's slots are written.
+// - take_events: the stored chunks are copied out for the tiers (on_store), and finished
+//   prefetches are published; lookup publishes them too, so a request waiting for its prefetch
+//   is served without a step.
+// - degraded: names the tiers that are DOWN (H7); requests never fail because a tier failed.
+// Not thread-safe: the connector's thread calls it (the mover's own threads do the tier IO).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtier/cache/cache_manager.h"
+#include "kvtier/cache/tier_mover.h"
+#include "kvtier/connector/cache_index.h"
+
+namespace kvtier {
+
+class TieredCacheIndex final : public CacheIndex {
+ public:
+  // `cache` and `mover` (built over `cache`) outlive the index.
+  TieredCacheIndex(CacheManager& cache, TierMover& mover) : cache_(cache), mover_(mover) {}
+
+  LookupResult lookup(std::span<const ChunkKey> keys) override;
+  std::optional<StorePlan> prepare_store(std::span<const ChunkKey> keys) override;
+  void complete_store(std::span<const ChunkKey> keys, Verdict verdict) override {
+    cache_.complete_store(keys, verdict);
+  }
+  void quarantine_store(std::span<const ChunkKey> keys) override { cache_.quarantine_store(keys); }
+  Result<std::vector<SlotId>> prepare_load(std::span<const ChunkKey> keys) override;
+  void complete_load(std::span<const ChunkKey> keys) override { cache_.complete_load(keys); }
+  void quarantine_load(std::span<const ChunkKey> keys) override { cache_.quarantine_load(keys); }
+  Status reset() override {
+    cache_.reset();
+    return {};
+  }
+  std::vector<CacheEvent> take_events() override;
+  Status audit() const override { return cache_.audit(); }
+  std::optional<std::string> degraded() const override;
+
+ private:
+  CacheManager& cache_;
+  TierMover& mover_;
+};
+
+}  // namespace kvtier
