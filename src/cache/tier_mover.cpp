@@ -195,8 +195,7 @@ size_t TierMover::read_through_lower(std::span<const ChunkKey> keys, size_t host
   return lower_hits(keys, host_hits);
 }
 
-bool TierMover::read_through_start(std::span<const ChunkKey> keys, size_t host_hits,
-                                   size_t lower) {
+bool TierMover::read_through_start(std::span<const ChunkKey> keys, size_t host_hits, size_t lower) {
   if (lower == 0) return false;
   // prepare_store evicts ready keys not among those it stores: make the host hits the most
   // recently used first.

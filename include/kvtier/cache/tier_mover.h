@@ -36,9 +36,9 @@
 // every health_tick, so they recover even while nothing asks for them.
 //
 // Thread-safety: on_cache_events, demote_evicted, lower_hits, read_through (and its two steps),
-// prefetch and poll must be called from the thread that owns the CacheManager (the mover calls the CacheManager only from
-// there). counters(), tier_metrics(), degraded_tiers() and wait_idle() may be called from any
-// thread. The CacheManager and the HostPool must outlive the mover.
+// prefetch and poll must be called from the thread that owns the CacheManager (the mover calls the
+// CacheManager only from there). counters(), tier_metrics(), degraded_tiers() and wait_idle() may
+// be called from any thread. The CacheManager and the HostPool must outlive the mover.
 #pragma once
 
 #include <atomic>
