@@ -344,6 +344,7 @@ void ClientImpl::expire(TimePoint now) {
 
 void ClientImpl::lose_outstanding(const std::string& why) {
   std::vector<Sent> lost;  // in the order they were sent
+  lost.reserve(sent_.size());
   for (auto& [first, sent] : sent_) lost.push_back(std::move(sent));
   sent_.clear();
   deadlines_.clear();

@@ -311,7 +311,7 @@ void CacheService::destroy_session(Session& session) {
 }
 
 void CacheService::ok(const std::string& client, uint64_t id,
-                      std::map<std::string, uint64_t> fields) {
+                      const std::map<std::string, uint64_t>& fields) {
   Reply r;
   r.id = id;
   r.fields = ReplyFields(fields);

@@ -173,7 +173,8 @@ class CacheService {
   void drop_gone_sessions();
   void destroy_session(Session& session);
   size_t transfers_in_flight() const;
-  void ok(const std::string& client, uint64_t id, std::map<std::string, uint64_t> fields = {});
+  void ok(const std::string& client, uint64_t id,
+          const std::map<std::string, uint64_t>& fields = {});
   void error(const std::string& client, uint64_t id, std::string_view code, std::string_view msg);
   void send(const std::string& client, const Reply& reply);
   bool is_registered_locked(const std::string& client) const {

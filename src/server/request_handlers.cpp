@@ -376,7 +376,7 @@ void CacheService::handle_stats(const std::string& client, const Request& r) {
   const auto session = sessions_.find(client);
   f["client_transfers_in_flight"] = session == sessions_.end() ? 0 : session->second.pending.size();
   add_tier_stats(f);
-  ok(client, r.id, std::move(f));
+  ok(client, r.id, f);
 }
 
 }  // namespace kvtier::server
