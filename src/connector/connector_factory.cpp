@@ -137,6 +137,7 @@ SchedulerSide ConnectorFactory::scheduler_side() const {
           config_.tiers, KeyNamespace{.model = "local", .layout_fingerprint = shape_.world_size});
       if (!tiers) throw std::runtime_error(tiers.error().message);
       std::vector<const HostPool*> pools;
+      pools.reserve(side.host_memory.size());
       for (const std::unique_ptr<HostPool>& pool : side.host_memory) pools.push_back(pool.get());
       side.mover = std::make_unique<TierMover>(*side.cache, std::move(pools), std::move(*tiers),
                                                tier_mover_options(config_.tiers));

@@ -19,6 +19,7 @@ std::vector<std::string> degraded_names(const TierMetrics& metrics) {
       break;
   }
   std::vector<std::string> names;
+  names.reserve(metrics.down_parts.size());
   for (const DownPart& part : metrics.down_parts) {
     names.push_back(tier_part_name(metrics.name, part.name));
   }
@@ -27,7 +28,7 @@ std::vector<std::string> degraded_names(const TierMetrics& metrics) {
 
 namespace {
 
-const HealthOptions& checked(const std::unique_ptr<Tier>& inner, const HealthOptions& options) {
+HealthOptions checked(const std::unique_ptr<Tier>& inner, HealthOptions options) {
   if (!inner) throw std::invalid_argument("HealthCheckedTier: tier is null");
   return options;
 }

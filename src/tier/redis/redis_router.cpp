@@ -273,7 +273,8 @@ Result<BatchReplies> RedisRouter::execute(std::span<const RedisCommand> commands
     std::vector<Group> groups;
     std::map<std::string, size_t> group_of;
     for (size_t i : pending) {
-      RedisEndpoint node = ask[i] ? *ask[i] : node_for(commands[i].key);
+      const std::optional<RedisEndpoint>& asked = ask[i];
+      RedisEndpoint node = asked ? *asked : node_for(commands[i].key);
       auto [it, added] = group_of.try_emplace(node.to_string(), groups.size());
       if (added) groups.push_back({.node = std::move(node)});
       groups[it->second].which.push_back(i);
