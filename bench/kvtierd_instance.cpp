@@ -59,7 +59,7 @@ std::optional<std::map<std::string, uint64_t>> KvtierdInstance::stats(Duration t
     if (!dealer.recv(message, zmq::recv_flags::dontwait)) continue;
     const Result<server::Reply> reply =
         server::decode_reply({static_cast<const std::byte*>(message.data()), message.size()});
-    if (reply && reply->id == 1 && reply->ok) return reply->fields;
+    if (reply && reply->id == 1 && reply->ok) return reply->fields.to_map();
   }
 }
 

@@ -17,9 +17,12 @@ struct ServerBenchOptions {
   bool json = false;
   size_t total_bytes = size_t{64} << 20;  // moved per measurement
   int repeat = 3;                         // measurements per side; the best of each is kept
-  size_t lookups = 20000;                 // keys looked up per measurement
+  size_t lookups = 200000;                // keys looked up per measurement
   std::vector<size_t> chunk_bytes = {256 << 10, 512 << 10, 1 << 20, 2 << 20};
   std::string redis_server = "redis-server";
+  // Run against the same redis-server for the rows' redis_benchmark_* fields (skipped when it
+  // cannot be run).
+  std::string redis_benchmark = "redis-benchmark";
 };
 
 // Writes JSON Lines (json) or a table. Returns a process exit code (2 when redis-server cannot

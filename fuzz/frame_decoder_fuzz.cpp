@@ -1,6 +1,7 @@
 // libFuzzer target for kvtierd's frame decoder: any input must decode to a request or an error
 // (never crash, hang, leak or trip a sanitizer), the error must name a protocol error code, and
-// a decoded request must survive an encode/decode round trip.
+// a decoded request must survive an encode/decode round trip; the same for the input read as a
+// batch frame (each element) and as a reply frame (one reply or a batch of them).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -23,5 +24,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (keyed && again->keys != request->keys) std::abort();
   }
   static_cast<void>(decode_reply(frame));
+  // As a batch: every element decodes to a request or an error naming its code, and a decoded
+  // one survives a round trip; a frame that is no batch is one error and no element.
+  size_t elements = 0;
+  const kvtier::Status batch =
+      decode_batch(frame, DecodeLimits{.max_frame_bytes = 64 * 1024}, [&](BatchItem item) {
+        ++elements;
+        if (!item.request) {
+          if (split_decode_error(item.request.error()).first.empty()) std::abort();
+          return;
+        }
+        auto again = decode_request(as_bytes(encode_request(*item.request)), DecodeLimits{});
+        if (!again || again->id != item.request->id || again->op != item.request->op) std::abort();
+      });
+  if (!batch && elements != 0) std::abort();
+  if (batch && (elements == 0 || elements > kMaxBatchRequests)) std::abort();
+  if (auto replies = decode_replies(frame)) {
+    std::string body;
+    for (const Reply& r : *replies) append_reply(body, r);
+    auto again = decode_replies(as_bytes(encode_batch(replies->size(), body)));
+    if (!again || again->size() != replies->size()) std::abort();
+  }
   return 0;
 }

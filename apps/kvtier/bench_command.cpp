@@ -123,6 +123,10 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 100));
   server->add_option("--redis-server", server_options->redis_server,
                      "redis-server binary (default: redis-server on PATH)");
+  server->add_option("--redis-benchmark", server_options->redis_benchmark,
+                     "redis-benchmark binary, run against the same server for the rows' "
+                     "redis_benchmark_* fields (default: redis-benchmark on PATH; skipped when it "
+                     "does not run)");
   CLI::App* chaos = bench->add_subcommand(
       "chaos",
       "kvtier serve (2 engine cores, world size 2), locally and against kvtierd with the disk and "

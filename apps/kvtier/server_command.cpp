@@ -12,7 +12,7 @@ Action add_server_command(CLI::App& app) {
   auto test_hooks = std::make_shared<bool>(false);
   cmd->add_flag("--test-hooks", *test_hooks,
                 "Honour the 'hook' field of requests (throw, no_reply, stall, hang_copies, "
-                "fail_copies, fail_partway); "
+                "fail_copies, fail_partway, service); "
                 "for tests only");
   return [cmd, test_hooks](const Config& config) -> int {
     if (!cmd->parsed()) return -1;

@@ -84,7 +84,7 @@ std::vector<std::vector<uint32_t>> parse_blocks(py::handle blocks, size_t keys) 
   return out;
 }
 
-py::dict fields_dict(const std::map<std::string, uint64_t>& fields) {
+py::dict fields_dict(const server::ReplyFields& fields) {
   py::dict d;
   for (const auto& [name, value] : fields) d[py::str(name)] = value;
   return d;

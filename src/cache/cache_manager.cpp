@@ -42,18 +42,22 @@ std::optional<SlotId> CacheManager::ready_slot(const ChunkKey& key) const {
   return it->second.slot;
 }
 
-LookupResult CacheManager::lookup(std::span<const ChunkKey> keys) {
+LookupResult CacheManager::peek(std::span<const ChunkKey> keys) const {
   LookupResult result;
   while (result.hit_chunks < keys.size()) {
     const LookupState s = state(keys[result.hit_chunks]);
-    if (s == LookupState::kHit) {
-      ++result.hit_chunks;
-      continue;
+    if (s != LookupState::kHit) {
+      result.pending = s == LookupState::kPending;
+      break;
     }
-    result.pending = s == LookupState::kPending;
-    ++(result.pending ? stats_.pending_lookups : stats_.misses);
-    break;
+    ++result.hit_chunks;
   }
+  return result;
+}
+
+LookupResult CacheManager::lookup(std::span<const ChunkKey> keys) {
+  const LookupResult result = peek(keys);
+  if (result.hit_chunks < keys.size()) ++(result.pending ? stats_.pending_lookups : stats_.misses);
   stats_.hits += result.hit_chunks;
   return result;
 }

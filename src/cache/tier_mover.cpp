@@ -186,9 +186,16 @@ size_t TierMover::lower_hits(std::span<const ChunkKey> keys, size_t from) {
 // ---- read-through ----
 
 bool TierMover::read_through(std::span<const ChunkKey> keys, size_t host_hits) {
-  if (tiers_.empty() || host_hits >= keys.size()) return false;
-  if (prefetch_tried_.contains(keys[host_hits])) return false;
-  const size_t lower = lower_hits(keys, host_hits);
+  return read_through_start(keys, host_hits, read_through_lower(keys, host_hits));
+}
+
+size_t TierMover::read_through_lower(std::span<const ChunkKey> keys, size_t host_hits) {
+  if (tiers_.empty() || host_hits >= keys.size()) return 0;
+  if (prefetch_tried_.contains(keys[host_hits])) return 0;
+  return lower_hits(keys, host_hits);
+}
+
+bool TierMover::read_through_start(std::span<const ChunkKey> keys, size_t host_hits, size_t lower) {
   if (lower == 0) return false;
   // prepare_store evicts ready keys not among those it stores: make the host hits the most
   // recently used first.

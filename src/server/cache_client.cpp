@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include "client_impl.h"
@@ -87,11 +88,21 @@ void ClientImpl::wake() {
 }
 
 void ClientImpl::enqueue(Call call) {
-  if (call.needs_ok) {
+  std::vector<Call> one;
+  one.push_back(std::move(call));
+  enqueue_all(std::move(one));
+}
+
+void ClientImpl::enqueue_all(std::vector<Call> calls) {
+  const auto end_all = [](Call& call, End end, const std::string& why) {
+    for (size_t i = 0; i < call.requests.size(); ++i) call.on_end(i, end, nullptr, why);
+  };
+  if (std::ranges::any_of(calls, [](const Call& c) { return c.needs_ok; })) {
     const ClientHealth h = health();
     if (h.state != ClientState::kOk) {  // H7: skipped, nothing sent
-      call.on_end(End::kNotSent, nullptr,
-                  "skipped: cache server " + std::string(to_string(h.state)) + ": " + h.reason);
+      const std::string why =
+          "skipped: cache server " + std::string(to_string(h.state)) + ": " + h.reason;
+      for (Call& call : calls) end_all(call, End::kNotSent, why);
       return;
     }
   }
@@ -99,11 +110,11 @@ void ClientImpl::enqueue(Call call) {
   {
     std::lock_guard lock(outbox_mu_);
     if (stop_.load()) {
-      call.on_end(End::kLost, nullptr, "client is closing");
+      for (Call& call : calls) end_all(call, End::kLost, "client is closing");
       return;
     }
     was_empty = outbox_.empty();
-    outbox_.push_back(std::move(call));
+    for (Call& call : calls) outbox_.push_back(std::move(call));
   }
   // The I/O thread drains the eventfd before it takes the outbox, so one wake per batch.
   if (was_empty) wake();
@@ -124,9 +135,8 @@ ClientImpl::Call ClientImpl::transfer_call(Request request, JobId job, Direction
   Call call;
   call.deadline = SteadyClock::instance().now() + options_.transfer_deadline;  // F8: from here
   call.needs_ok = true;
-  call.transfer = true;
-  call.request = std::move(request);
-  call.on_end = [this, p, job, direction](End end, const Reply* reply, std::string why) {
+  call.requests.push_back(std::move(request));
+  call.on_end = [this, p, job, direction](size_t, End end, Reply* reply, std::string why) {
     Outcome outcome = Outcome::kUnprovable;
     if (end == End::kReply) {
       if (reply->ok) {
@@ -145,22 +155,23 @@ ClientImpl::Call ClientImpl::transfer_call(Request request, JobId job, Direction
   return call;
 }
 
+Result<Reply> ClientImpl::result_of(End end, Reply* reply, std::string why) {
+  if (end == End::kReply && reply->ok) return std::move(*reply);
+  if (end == End::kReply) {
+    return make_error(error_code_of(reply->code), reply->code + ": " + reply->message);
+  }
+  return make_error(end == End::kDeadline ? ErrorCode::kDeadlineExceeded : ErrorCode::kUnavailable,
+                    std::move(why));
+}
+
 ClientImpl::Call ClientImpl::plain_call(Request request, Duration timeout, bool needs_ok,
                                         std::function<void(Result<Reply>)> done) {
   Call call;
   call.deadline = SteadyClock::instance().now() + timeout;
   call.needs_ok = needs_ok;
-  call.request = std::move(request);
-  call.on_end = [done = std::move(done)](End end, const Reply* reply, std::string why) {
-    if (end == End::kReply && reply->ok) {
-      done(*reply);
-    } else if (end == End::kReply) {
-      done(make_error(error_code_of(reply->code), reply->code + ": " + reply->message));
-    } else {
-      done(
-          make_error(end == End::kDeadline ? ErrorCode::kDeadlineExceeded : ErrorCode::kUnavailable,
-                     std::move(why)));
-    }
+  call.requests.push_back(std::move(request));
+  call.on_end = [done = std::move(done)](size_t, End end, Reply* reply, std::string why) {
+    done(result_of(end, reply, std::move(why)));
   };
   return call;
 }
@@ -186,7 +197,7 @@ void ClientImpl::run() {
   while (!stop_.load()) {
     const TimePoint now = SteadyClock::instance().now();
     TimePoint next = std::min(next_ping_, now + std::chrono::milliseconds(50));
-    for (const auto& [id, call] : outstanding_) next = std::min(next, call.deadline);
+    if (!deadlines_.empty()) next = std::min(next, deadlines_.begin()->first);
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now);
     zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
@@ -200,73 +211,152 @@ void ClientImpl::run() {
       std::lock_guard lock(outbox_mu_);
       batch.swap(outbox_);
     }
-    for (Call& call : batch) send(std::move(call));
+    send_all(batch);
     receive_all();
     expire(SteadyClock::instance().now());
     heartbeat(SteadyClock::instance().now());
   }
+  std::deque<Call> unsent;
   {
     std::lock_guard lock(outbox_mu_);
-    for (Call& call : outbox_) outstanding_.emplace(next_id_++, std::move(call));
-    outbox_.clear();
+    unsent.swap(outbox_);
   }
   lose_outstanding("client closed");
+  for (Call& call : unsent) {
+    for (size_t i = 0; i < call.requests.size(); ++i) {
+      call.on_end(i, End::kLost, nullptr, "client closed");
+    }
+  }
   dealer_ = nullptr;
 }
 
 void ClientImpl::send(Call call) {
-  call.request.id = next_id_++;
-  const std::string body = encode_request(call.request);
-  bool sent = false;
-  try {
-    sent = dealer_->send(zmq::buffer(body), zmq::send_flags::dontwait).has_value();
-  } catch (const zmq::error_t&) {
-    sent = false;  // a closed or broken socket: reported as not sent, below
+  std::deque<Call> one;
+  one.push_back(std::move(call));
+  send_all(one);
+}
+
+void ClientImpl::send_all(std::deque<Call>& calls) {
+  // The requests of the frame being built: (first id of their call, index in it).
+  std::vector<std::pair<uint64_t, size_t>> members;
+  std::string body;
+  // Requests whose frame could not be sent; ended after the loop (an on_end may change sent_).
+  std::vector<std::pair<uint64_t, size_t>> failed;
+  const auto flush = [&] {
+    if (members.empty()) return;
+    bool sent = false;
+    try {
+      const std::string batch = members.size() > 1 ? encode_batch(members.size(), body) : "";
+      sent =
+          dealer_->send(zmq::buffer(members.size() > 1 ? batch : body), zmq::send_flags::dontwait)
+              .has_value();
+    } catch (const zmq::error_t&) {
+      sent = false;  // a closed or broken socket: reported as not sent, below
+    }
+    if (!sent) failed.insert(failed.end(), members.begin(), members.end());
+    members.clear();
+    body.clear();
+  };
+  for (Call& call : calls) {
+    const uint64_t first = next_id_;
+    next_id_ += call.requests.size();
+    const size_t n = call.requests.size();
+    Sent& sent = sent_.emplace(first, Sent{.call = std::move(call), .ended = {}, .remaining = n})
+                     .first->second;
+    sent.ended.assign(n, false);
+    deadlines_.emplace(sent.call.deadline, first);
+    for (size_t i = 0; i < n; ++i) {
+      Request& request = sent.call.requests[i];
+      request.id = first + i;
+      const size_t before = body.size();
+      append_request(body, request);
+      // 5 bytes: the largest MessagePack array header.
+      if (!members.empty() &&
+          (members.size() >= max_batch_ || body.size() + 5 > max_frame_bytes_)) {
+        std::string mine = body.substr(before);
+        body.resize(before);
+        flush();
+        body = std::move(mine);
+      }
+      members.emplace_back(first, i);
+    }
   }
-  if (!sent) {
-    call.on_end(End::kNotSent, nullptr, "not sent: no connection to " + options_.endpoint);
-    return;
+  flush();
+  for (const auto& [first, index] : failed) {
+    auto it = sent_.find(first);
+    if (it == sent_.end()) continue;  // lost meanwhile (ended as such)
+    end_request(it->second, index, End::kNotSent, nullptr,
+                "not sent: no connection to " + options_.endpoint);
   }
-  outstanding_.emplace(call.request.id, std::move(call));
+}
+
+// The on_end of a call with several requests (lookup_many's) must not send or lose requests:
+// it runs while its call stays in sent_.
+void ClientImpl::end_request(Sent& sent, size_t index, End end, Reply* reply, std::string why) {
+  if (sent.ended[index]) return;
+  sent.ended[index] = true;
+  --sent.remaining;
+  const uint64_t first = sent.call.requests.front().id;
+  // Erased first: on_end may send, or lose every outstanding request (heartbeat).
+  std::optional<Sent> done;
+  if (sent.remaining == 0) {
+    auto it = sent_.find(first);
+    deadlines_.erase({it->second.call.deadline, first});
+    done.emplace(std::move(it->second));
+    sent_.erase(it);
+  }
+  (done ? done->call : sent.call).on_end(index, end, reply, std::move(why));
 }
 
 void ClientImpl::receive_all() {
   for (;;) {
     zmq::message_t msg;
     if (!dealer_->recv(msg, zmq::recv_flags::dontwait)) return;
-    auto reply = decode_reply(as_bytes(msg.to_string_view()));
-    if (!reply) continue;  // not a reply we can read: the request's deadline ends it
-    if (!reply->event.empty()) {
-      if (reply->event == "shutdown") on_shutdown_event();
-      continue;
+    auto replies = decode_replies(as_bytes(msg.to_string_view()));
+    if (!replies) continue;  // not a reply we can read: the requests' deadlines end them
+    for (Reply& reply : *replies) {
+      if (!reply.event.empty()) {
+        if (reply.event == "shutdown") on_shutdown_event();
+        continue;
+      }
+      auto it = sent_.upper_bound(reply.id);
+      if (it == sent_.begin()) continue;  // late reply after its deadline
+      --it;
+      const uint64_t index = reply.id - it->first;
+      if (index >= it->second.call.requests.size()) continue;
+      if (!reply.ok && reply.code == codes::kNotRegistered) on_registration_lost();
+      end_request(it->second, index, End::kReply, &reply, {});
     }
-    auto it = outstanding_.find(reply->id);
-    if (it == outstanding_.end()) continue;  // late reply after its deadline
-    Call call = std::move(it->second);
-    outstanding_.erase(it);
-    if (!reply->ok && reply->code == codes::kNotRegistered) on_registration_lost();
-    call.on_end(End::kReply, &*reply, {});
   }
 }
 
 void ClientImpl::expire(TimePoint now) {
   // Collected first: an on_end may lose every outstanding request (heartbeat).
-  std::vector<Call> expired;
-  for (auto it = outstanding_.begin(); it != outstanding_.end();) {
-    if (it->second.deadline <= now) {
-      expired.push_back(std::move(it->second));
-      it = outstanding_.erase(it);
-    } else {
-      ++it;
-    }
+  std::vector<Sent> expired;
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    auto it = sent_.find(deadlines_.begin()->second);
+    deadlines_.erase(deadlines_.begin());
+    expired.push_back(std::move(it->second));
+    sent_.erase(it);
   }
-  for (Call& call : expired) call.on_end(End::kDeadline, nullptr, "no reply by the deadline (F8)");
+  end_every(expired, End::kDeadline, "no reply by the deadline (F8)");
 }
 
 void ClientImpl::lose_outstanding(const std::string& why) {
-  auto lost = std::move(outstanding_);
-  outstanding_.clear();
-  for (auto& [id, call] : lost) call.on_end(End::kLost, nullptr, why);
+  std::vector<Sent> lost;  // in the order they were sent
+  lost.reserve(sent_.size());
+  for (auto& [first, sent] : sent_) lost.push_back(std::move(sent));
+  sent_.clear();
+  deadlines_.clear();
+  end_every(lost, End::kLost, why);
+}
+
+void ClientImpl::end_every(std::vector<Sent>& calls, End end, const std::string& why) {
+  for (Sent& sent : calls) {
+    for (size_t i = 0; i < sent.ended.size(); ++i) {
+      if (!sent.ended[i]) sent.call.on_end(i, end, nullptr, why);
+    }
+  }
 }
 
 // ---- CacheClient ----------------------------------------------------------------------------
@@ -285,23 +375,61 @@ bool CacheClient::wait_until_ok(Duration timeout) const {
   return impl_->wait_until_ok(timeout);
 }
 
-std::future<Result<LookupReply>> CacheClient::lookup(std::vector<ChunkKey> keys,
-                                                     Duration lock_for) {
+namespace {
+
+Request lookup_request(std::vector<ChunkKey> keys, Duration lock_for) {
   Request r{.op = Op::kLookup};
   r.keys = std::move(keys);
   r.lock_ms = static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(lock_for).count());
+  return r;
+}
+
+Result<LookupReply> lookup_reply(const Result<Reply>& got) {
+  if (!got) return std::unexpected(got.error());
+  return LookupReply{.hits = got->field("hits"),
+                     .pending = got->field("pending") != 0,
+                     .lock = got->field("lock")};
+}
+
+}  // namespace
+
+std::future<Result<LookupReply>> CacheClient::lookup(std::vector<ChunkKey> keys,
+                                                     Duration lock_for) {
   auto p = std::make_shared<std::promise<Result<LookupReply>>>();
   auto future = p->get_future();
-  impl_->enqueue(impl_->plain_call(std::move(r), impl_->options().request_timeout, true,
-                                   [p](Result<Reply> got) {
-                                     if (!got) {
-                                       p->set_value(std::unexpected(got.error()));
-                                       return;
-                                     }
-                                     p->set_value(LookupReply{.hits = got->field("hits"),
-                                                              .pending = got->field("pending") != 0,
-                                                              .lock = got->field("lock")});
-                                   }));
+  impl_->enqueue(impl_->plain_call(lookup_request(std::move(keys), lock_for),
+                                   impl_->options().request_timeout, true,
+                                   [p](Result<Reply> got) { p->set_value(lookup_reply(got)); }));
+  return future;
+}
+
+std::future<std::vector<Result<LookupReply>>> CacheClient::lookup_many(
+    std::vector<std::vector<ChunkKey>> lookups, Duration lock_for) {
+  // One call of several requests: each ends exactly once (on the I/O thread, or on this one
+  // when skipped); the last one resolves the future.
+  struct Group {
+    std::vector<Result<LookupReply>> results;
+    size_t remaining = 0;
+    std::promise<std::vector<Result<LookupReply>>> done;
+  };
+  auto group = std::make_shared<Group>();
+  auto future = group->done.get_future();
+  if (lookups.empty()) {
+    group->done.set_value({});
+    return future;
+  }
+  group->results.resize(lookups.size(), std::unexpected(Error{ErrorCode::kInternal, ""}));
+  group->remaining = lookups.size();
+  ClientImpl::Call call;
+  call.deadline = SteadyClock::instance().now() + impl_->options().request_timeout;
+  call.needs_ok = true;
+  call.requests.reserve(lookups.size());
+  for (auto& keys : lookups) call.requests.push_back(lookup_request(std::move(keys), lock_for));
+  call.on_end = [group](size_t i, ClientImpl::End end, Reply* reply, std::string why) {
+    group->results[i] = lookup_reply(ClientImpl::result_of(end, reply, std::move(why)));
+    if (--group->remaining == 0) group->done.set_value(std::move(group->results));
+  };
+  impl_->enqueue(std::move(call));
   return future;
 }
 

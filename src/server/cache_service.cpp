@@ -120,14 +120,24 @@ void CacheService::run() {
     }
     for (Envelope& e : batch) handle(e);
     for (const std::string& client : gone) {
-      release_locks(locks_.take_all_of(client));
+      {
+        std::lock_guard state(state_mu_);
+        release_locks(locks_.take_all_of(client));
+        registered_.erase(client);
+      }
       if (auto it = sessions_.find(client); it != sessions_.end()) it->second.gone = true;
     }
     poll_transfers();
-    release_locks(locks_.take_expired(SteadyClock::instance().now()));
+    {
+      std::lock_guard state(state_mu_);
+      release_locks(locks_.take_expired(SteadyClock::instance().now()));
+    }
     drop_gone_sessions();
     if (draining_ && !drained_sent_ && transfers_in_flight() == 0) {
-      release_locks(locks_.take_everything());
+      {
+        std::lock_guard state(state_mu_);
+        release_locks(locks_.take_everything());
+      }
       drained_sent_ = true;
       drained_();
     }
@@ -136,6 +146,7 @@ void CacheService::run() {
 
 void CacheService::handle(Envelope& e) {
   const uint64_t id = e.request.id;
+  held_replies_.emplace();
   try {
     dispatch(e.client, e.request);
   } catch (const std::exception& ex) {
@@ -144,6 +155,13 @@ void CacheService::handle(Envelope& e) {
     ++counters_["handler_errors"];
     error(e.client, id, codes::kInternal, std::string("handler raised: ") + ex.what());
   }
+  // The request's effects are done: the socket loop may answer this client's LOOKUPs again
+  // (lookup_now's order), and only then does the client hear the reply, so that a LOOKUP it
+  // sends after the reply is never held back behind this request.
+  if (e.queued) e.queued->fetch_sub(1);
+  std::vector<std::pair<std::string, Reply>> replies = std::move(*held_replies_);
+  held_replies_.reset();
+  for (const auto& [client, reply] : replies) reply_(client, reply);
 }
 
 size_t CacheService::transfers_in_flight() const {
@@ -174,12 +192,15 @@ std::vector<std::string> CacheService::degraded_tiers() const {
 }
 
 void CacheService::poll_tiers() {
+  std::unique_lock state(state_mu_);
   const std::vector<CacheEvent> events = cache_.take_events();
   // Without tiers no one mirrors kvtierd's contents through events (STATS reports counts):
   // they are dropped rather than left to pile up for the life of the server.
   if (!mover_) return;
-  mover_->on_cache_events(events);  // write-behind (on_store)
-  if (const size_t n = mover_->poll(); n > 0) counters_["tier_prefetches_completed"] += n;
+  mover_->on_cache_events(events);          // write-behind (on_store): reads ready slots
+  const size_t completed = mover_->poll();  // publishes prefetched keys
+  state.unlock();
+  if (completed > 0) counters_["tier_prefetches_completed"] += completed;
 }
 
 void CacheService::add_tier_stats(std::map<std::string, uint64_t>& f) const {
@@ -206,6 +227,7 @@ void CacheService::finish(const std::string& client, Session& session, const Tra
   PendingTransfer p = std::move(it->second);
   session.pending.erase(it);
   const bool store = p.direction == Direction::kStore;
+  std::unique_lock state(state_mu_);
   switch (r.outcome) {
     case Outcome::kCompleted:
       if (store) {
@@ -214,6 +236,7 @@ void CacheService::finish(const std::string& client, Session& session, const Tra
         cache_.touch(p.keys);
         cache_.complete_load(p.keys);
       }
+      state.unlock();
       ++counters_[store ? "stores_completed" : "retrieves_completed"];
       ok(client, p.request_id,
          {{"chunks", p.keys.size()}, {"bytes", r.bytes}, {"already_present", p.already_present}});
@@ -224,6 +247,7 @@ void CacheService::finish(const std::string& client, Session& session, const Tra
       } else {
         cache_.complete_load(p.keys);
       }
+      state.unlock();
       ++counters_["transfers_failed"];
       error(client, p.request_id, codes::kTransferFailed, r.error);
       return;
@@ -233,6 +257,7 @@ void CacheService::finish(const std::string& client, Session& session, const Tra
       } else {
         cache_.quarantine_load(p.keys);
       }
+      state.unlock();
       session.quarantined = true;
       ++counters_["transfers_unprovable"];
       error(client, p.request_id, codes::kUnprovable, r.error);
@@ -255,6 +280,7 @@ void CacheService::fail_session(const std::string& client, Session& session,
   session.quarantined = true;
 }
 
+// Under state_mu_.
 void CacheService::release_locks(const std::vector<ReadLock>& locks) {
   for (const ReadLock& lock : locks) cache_.complete_load(lock.keys);
 }
@@ -285,17 +311,25 @@ void CacheService::destroy_session(Session& session) {
 }
 
 void CacheService::ok(const std::string& client, uint64_t id,
-                      std::map<std::string, uint64_t> fields) {
+                      const std::map<std::string, uint64_t>& fields) {
   Reply r;
   r.id = id;
-  r.fields = std::move(fields);
-  reply_(client, r);
+  r.fields = ReplyFields(fields);
+  send(client, r);
 }
 
 void CacheService::error(const std::string& client, uint64_t id, std::string_view code,
                          std::string_view msg) {
-  ++counters_["error_replies"];
-  reply_(client, Reply::error(id, code, msg));
+  send(client, Reply::error(id, code, msg));
+}
+
+void CacheService::send(const std::string& client, const Reply& reply) {
+  if (!reply.ok) ++counters_["error_replies"];
+  if (held_replies_) {
+    held_replies_->emplace_back(client, reply);
+  } else {
+    reply_(client, reply);
+  }
 }
 
 }  // namespace kvtier::server

@@ -18,6 +18,13 @@
 //   (the reply says "pending", never counts them as hits) until the mover's poll publishes the
 //   verified ones (F3: a corrupt or missing chunk is freed unpublished). STATS names the DOWN
 //   tiers (H7); no request fails because a tier failed. Without tiers nothing of this runs.
+// - LOOKUP without the thread hop: lookup_now() answers a LOOKUP on the socket loop's thread from
+//   the cache state itself. The state a LOOKUP reads or changes (the CacheManager, the read locks,
+//   which clients are registered, whether the service drains) is guarded by one mutex,
+//   state_mu_: the service thread holds it while it reads or changes that state, never while it
+//   waits (tier calls, mapping client memory), and lookup_now holds it for one whole LOOKUP. So a
+//   LOOKUP answered either way sees a state between two service steps and gives the reply, and
+//   takes the read lock, that handle_lookup would give in that state.
 #pragma once
 
 #include <atomic>
@@ -27,9 +34,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "kvtier/cache/cache_manager.h"
@@ -53,6 +62,7 @@ struct LoopCounters {
   std::atomic<uint64_t> rejected_frames{0};  // malformed, truncated, oversized, unknown op
   std::atomic<uint64_t> limit_rejections{0};
   std::atomic<uint64_t> clients_reaped{0};
+  std::atomic<uint64_t> batch_frames{0};  // frames holding a batch of requests
 };
 
 // The tiers config.tiers asks for (none when neither disk_path nor redis_url is set), each with
@@ -70,9 +80,26 @@ void add_stats(std::map<std::string, uint64_t>& fields, std::string_view prefix,
   });
 }
 
+// How many requests of one client were posted and not yet dispatched by the service thread.
+// The socket loop answers a LOOKUP itself only while this is 0, so that a client's requests
+// take effect in the order it sent them (a LOOKUP never overtakes the REGISTER, STORE or RELEASE
+// before it).
+using QueuedCount = std::shared_ptr<std::atomic<uint32_t>>;
+
 struct Envelope {
   std::string client;  // ZeroMQ routing id
   Request request;
+  QueuedCount queued;  // decremented once the request was dispatched (may be null)
+};
+
+// A LOOKUP's answer: an error reply, or the success reply's fields.
+struct LookupAnswer {
+  std::optional<Reply> error;
+  uint64_t hits = 0;
+  bool pending = false;
+  uint64_t lock = 0;
+
+  Reply reply(uint64_t id) const;
 };
 
 class CacheService {
@@ -90,6 +117,13 @@ class CacheService {
 
   void start();
   void post(Envelope envelope);
+  // Thread-safe (the socket loop calls it): a LOOKUP without a test hook, answered now from the
+  // cache state as handle_lookup would answer it at this point (shutting_down, not_registered,
+  // hits, pending, the read lock and server.max_locks). Returns nullopt, having changed nothing,
+  // when only the service thread can answer: the ready prefix stops at an absent key and lower
+  // tiers may hold it (read-through waits for them). Never throws: a failure is an "internal"
+  // error.
+  std::optional<LookupAnswer> lookup_now(const std::string& client, const Request& request);
   void client_gone(std::string client);
   // Graceful shutdown: refuse new work, decide transfers in flight, then call `drained`.
   void begin_shutdown();
@@ -120,6 +154,8 @@ class CacheService {
   void handle_register(const std::string& client, const Request& request);
   void handle_unregister(const std::string& client, const Request& request);
   void handle_lookup(const std::string& client, const Request& request);
+  // The LOOKUP answer (both paths), under state_mu_; may raise only before it changed state.
+  LookupAnswer lookup_locked(const std::string& client, const Request& request);
   void handle_transfer(const std::string& client, const Request& request);
   void handle_release(const std::string& client, const Request& request);
   void handle_stats(const std::string& client, const Request& request);
@@ -137,8 +173,13 @@ class CacheService {
   void drop_gone_sessions();
   void destroy_session(Session& session);
   size_t transfers_in_flight() const;
-  void ok(const std::string& client, uint64_t id, std::map<std::string, uint64_t> fields = {});
+  void ok(const std::string& client, uint64_t id,
+          const std::map<std::string, uint64_t>& fields = {});
   void error(const std::string& client, uint64_t id, std::string_view code, std::string_view msg);
+  void send(const std::string& client, const Reply& reply);
+  bool is_registered_locked(const std::string& client) const {
+    return registered_.contains(client);
+  }
 
   const ServerOptions& options_;
   HostDevice& host_;
@@ -151,15 +192,25 @@ class CacheService {
   std::function<void()> drained_;
   TransferOptions transfer_options_;
 
+  // Guards cache_ (also where mover_ uses it), locks_ and registered_ (see the contract above).
+  // Never held together with mu_.
+  mutable std::mutex state_mu_;
   CacheManager cache_;
   std::unique_ptr<TierMover> mover_;  // null without tiers; destroyed before cache_
   ReadLocks locks_;
+  std::unordered_set<std::string> registered_;  // sessions_ that are not gone
   std::map<std::string, Session> sessions_;
   std::vector<std::unique_ptr<SharedKvMapping>> retained_memory_;  // F7
   JobId next_job_ = 1;
-  bool draining_ = false;
+  std::atomic<bool> draining_ = false;
   bool drained_sent_ = false;
   std::map<std::string, uint64_t> counters_;
+  // While handle() dispatches a request: the replies it gave, sent once it is done.
+  std::optional<std::vector<std::pair<std::string, Reply>>> held_replies_;
+  // What lookup_now answered (STATS adds them to op_LOOKUP, error_replies, handler_errors).
+  std::atomic<uint64_t> fast_lookups_{0};
+  std::atomic<uint64_t> fast_errors_{0};
+  std::atomic<uint64_t> fast_raised_{0};
 
   std::mutex mu_;  // guards the inbox
   std::condition_variable wake_;

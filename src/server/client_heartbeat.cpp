@@ -7,6 +7,8 @@
 // as Unprovable (F7). A PONG carries the server's boot id; a different one than the client
 // registered with means the server restarted and lost every session: outstanding requests are
 // lost the same way, and the client registers again.
+#include <algorithm>
+
 #include "client_impl.h"
 
 namespace kvtier::server {
@@ -26,9 +28,9 @@ void ClientImpl::heartbeat(TimePoint now) {
   next_ping_ = now + options_.heartbeat_interval;
   ping_outstanding_ = true;
   Call ping;
-  ping.request.op = Op::kPing;
+  ping.requests.push_back(Request{.op = Op::kPing});
   ping.deadline = now + options_.heartbeat_interval;
-  ping.on_end = [this](End end, const Reply* reply, const std::string& why) {
+  ping.on_end = [this](size_t, End end, const Reply* reply, const std::string& why) {
     ping_outstanding_ = false;
     if (end == End::kReply && reply->ok) {
       {
@@ -51,7 +53,7 @@ void ClientImpl::heartbeat(TimePoint now) {
 
 void ClientImpl::on_pong(uint64_t boot_id) {
   if (registered_ && boot_id != boot_id_) {
-    registered_ = false;
+    forget_registration();
     set_state(ClientState::kDegraded, "server restarted (boot id changed)");
     lose_outstanding("server restarted: its state is gone");
   }
@@ -67,27 +69,33 @@ void ClientImpl::on_server_lost(const std::string& why) {
   // outstanding transfers are Unprovable (F7); other requests fail as unavailable.
   // The state changes first, so that whoever sees a lost transfer's future sees DEGRADED too.
   if (health().state != ClientState::kShutdown) set_state(ClientState::kDegraded, why);
+  max_batch_ = 1;  // a server started anew may be another version: until it registers us
   lose_outstanding("server lost: " + why);
 }
 
-void ClientImpl::on_registration_lost() {
+void ClientImpl::forget_registration() {
   registered_ = false;
+  max_batch_ = 1;  // until a server says again that it takes batches
+}
+
+void ClientImpl::on_registration_lost() {
+  forget_registration();
   if (health().state != ClientState::kShutdown) {
     set_state(ClientState::kDegraded, "the server does not know this client; registering again");
   }
 }
 
 void ClientImpl::on_shutdown_event() {
-  registered_ = false;
+  forget_registration();
   set_state(ClientState::kShutdown, "server shut down");
   lose_outstanding("server shut down");
 }
 
 ClientImpl::Call ClientImpl::unregister_call(std::function<void(Result<Reply>)> done) {
   Call call = plain_call(Request{.op = Op::kUnregister}, options_.request_timeout, false, {});
-  call.on_end = [this, done = std::move(done)](End end, const Reply* reply, std::string why) {
+  call.on_end = [this, done = std::move(done)](size_t, End end, Reply* reply, std::string why) {
     if (end == End::kReply && reply->ok) {
-      registered_ = false;
+      forget_registration();
       keep_registered_ = false;
       set_state(ClientState::kDegraded, "unregistered");
       done(*reply);
@@ -103,17 +111,24 @@ ClientImpl::Call ClientImpl::unregister_call(std::function<void(Result<Reply>)> 
 void ClientImpl::send_register() {
   register_outstanding_ = true;
   Call call;
-  call.request.op = Op::kRegister;
-  call.request.rank = registration_.rank;
-  call.request.layout = registration_.layout;
-  call.request.memory = registration_.memory;
+  Request r{.op = Op::kRegister};
+  r.rank = registration_.rank;
+  r.layout = registration_.layout;
+  r.memory = registration_.memory;
+  call.requests.push_back(std::move(r));
   call.deadline = SteadyClock::instance().now() + options_.connect_timeout;
-  call.on_end = [this](End end, const Reply* reply, const std::string& why) {
+  call.on_end = [this](size_t, End end, const Reply* reply, const std::string& why) {
     register_outstanding_ = false;
     const bool shutdown = health().state == ClientState::kShutdown;
     if (end == End::kReply && (reply->ok || reply->code == codes::kAlreadyRegistered)) {
       registered_ = true;
-      if (reply->ok) boot_id_ = reply->field("boot_id");
+      if (reply->ok) {
+        boot_id_ = reply->field("boot_id");
+        // A server that does not say it takes batches gets every request in its own frame.
+        max_batch_ = std::clamp<uint64_t>(reply->field("max_batch", 1), 1, kMaxBatchRequests);
+        max_frame_bytes_ = reply->field("max_frame_bytes");
+        if (max_frame_bytes_ == 0) max_batch_ = 1;
+      }
       set_state(ClientState::kOk, "", boot_id_);
       return;
     }

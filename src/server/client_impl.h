@@ -1,6 +1,7 @@
 // ClientImpl: CacheClient's state. API threads only call enqueue() and the health accessors;
 // everything else (the DEALER socket, outstanding requests, heartbeat, registration) belongs to
-// the I/O thread.
+// the I/O thread. The I/O thread sends what the API threads queued while it was busy together,
+// in batch frames once the server said it takes them (docs/protocol.md, "Batches").
 #pragma once
 
 #include <condition_variable>
@@ -8,6 +9,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <thread>
 #include <zmq.hpp>
 
@@ -20,13 +23,14 @@ class ClientImpl {
   // How a request ended: its reply arrived, its deadline passed, the server was lost while it
   // was outstanding, or it was never sent.
   enum class End { kReply, kDeadline, kLost, kNotSent };
+  // One request, or several queued together (lookup_many): each has its own id and reply.
   struct Call {
-    Request request;
-    TimePoint deadline;
+    std::vector<Request> requests;
+    TimePoint deadline;     // of every request of the call
     bool needs_ok = false;  // skipped (kNotSent) unless the client is OK
-    bool transfer = false;
-    // Called exactly once, on the I/O thread (or on the caller's thread when skipped).
-    std::function<void(End, const Reply*, std::string why)> on_end;
+    // Called exactly once for each request (its index in `requests`), on the I/O thread (or on
+    // the caller's thread when skipped). `reply` is set for kReply only; it may be moved from.
+    std::function<void(size_t index, End, Reply* reply, std::string why)> on_end;
   };
 
   ClientImpl(ClientOptions options, Registration registration);
@@ -34,6 +38,8 @@ class ClientImpl {
 
   const ClientOptions& options() const { return options_; }
   void enqueue(Call call);
+  // Several calls, queued together (one wake of the I/O thread); each ends as enqueue's would.
+  void enqueue_all(std::vector<Call> calls);
   ClientHealth health() const;
   bool wait_until_ok(Duration timeout) const;
 
@@ -41,13 +47,30 @@ class ClientImpl {
                      const std::shared_ptr<std::promise<TransferResult>>& promise);
   Call plain_call(Request request, Duration timeout, bool needs_ok,
                   std::function<void(Result<Reply>)> done);
+  // How a request ended, as a plain call's result: the reply (moved from), an error reply as
+  // an Error, or kDeadlineExceeded / kUnavailable.
+  static Result<Reply> result_of(End end, Reply* reply, std::string why);
   // UNREGISTER; on success the I/O thread stops registering again.
   Call unregister_call(std::function<void(Result<Reply>)> done);
 
  private:
   void run();
   void wake();
+  // A call sent: its requests have ids first, first + 1, ...; `ended` marks those whose on_end
+  // ran. Kept (in sent_, by first id) until every request ended.
+  struct Sent {
+    Call call;
+    std::vector<bool> ended;
+    size_t remaining = 0;
+  };
   void send(Call call);
+  // The calls taken from the outbox, in order: their requests in batch frames of up to
+  // max_batch_ requests and max_frame_bytes_ bytes while the server takes batches, else each in
+  // its own frame. A request whose frame could not be sent ends kNotSent.
+  void send_all(std::deque<Call>& calls);
+  void end_request(Sent& sent, size_t index, End end, Reply* reply, std::string why);
+  // Every request of `calls` that has not ended (the calls are out of sent_ already).
+  void end_every(std::vector<Sent>& calls, End end, const std::string& why);
   void receive_all();
   void expire(TimePoint now);
   void lose_outstanding(const std::string& why);
@@ -79,7 +102,8 @@ class ClientImpl {
 
   // I/O thread only.
   zmq::socket_t* dealer_ = nullptr;
-  std::map<uint64_t, Call> outstanding_;
+  std::map<uint64_t, Sent> sent_;                       // by the first request id
+  std::set<std::pair<TimePoint, uint64_t>> deadlines_;  // (deadline, first id) of sent_
   uint64_t next_id_ = 1;
   TimePoint next_ping_{};
   bool ping_outstanding_ = false;
@@ -87,6 +111,11 @@ class ClientImpl {
   bool registered_ = false;
   bool keep_registered_ = true;  // false after unregister()
   uint64_t boot_id_ = 0;
+  // What the registered server takes (its REGISTER reply): requests per batch frame (1: no
+  // batches) and bytes per frame. Reset whenever the registration is lost.
+  uint64_t max_batch_ = 1;
+  uint64_t max_frame_bytes_ = 0;
+  void forget_registration();
 };
 
 }  // namespace kvtier::server

@@ -16,7 +16,7 @@ constexpr std::string_view kOpNames[] = {"REGISTER", "UNREGISTER", "LOOKUP", "ST
                                          "RELEASE",  "PING",       "STATS",  "SHUTDOWN"};
 // Indexed by TestHook.
 constexpr std::string_view kHookNames[] = {
-    "", "throw", "stall", "no_reply", "hang_copies", "fail_copies", "fail_partway"};
+    "", "throw", "stall", "no_reply", "hang_copies", "fail_copies", "fail_partway", "service"};
 
 // A decode failure: "<code>: <what>".
 std::unexpected<Error> bad(std::string_view code, std::string what) {
@@ -38,14 +38,22 @@ Result<uint64_t> as_uint(const msgpack::object& o, std::string_view field,
   return o.via.u64;
 }
 
-Result<std::string> as_str(const msgpack::object& o, std::string_view field, size_t max_len) {
+// A string field, as a view into the frame.
+Result<std::string_view> as_str_view(const msgpack::object& o, std::string_view field,
+                                     size_t max_len) {
   if (o.type != msgpack::type::STR) {
     return bad(codes::kMalformed, "field '" + std::string(field) + "' must be a string");
   }
   if (o.via.str.size > max_len) {
     return bad(codes::kMalformed, "field '" + std::string(field) + "' is too long");
   }
-  return std::string(o.via.str.ptr, o.via.str.size);
+  return std::string_view(o.via.str.ptr, o.via.str.size);
+}
+
+Result<std::string> as_str(const msgpack::object& o, std::string_view field, size_t max_len) {
+  auto view = as_str_view(o, field, max_len);
+  if (!view) return std::unexpected(view.error());
+  return std::string(*view);
 }
 
 Result<std::span<const msgpack::object>> as_array(const msgpack::object& o, std::string_view field,
@@ -219,15 +227,22 @@ Result<SharedKvMemory> decode_memory(const msgpack::object& o) {
   return mem;
 }
 
-// Unpacks the MessagePack object at the start of the frame; `used`: the bytes it took.
+// Strings and bins stay in the frame (not copied into the object's zone): every decoder copies
+// what it keeps before the frame goes away.
+bool reference_frame(msgpack::type::object_type, size_t, void*) {
+  return true;
+}
+
+// Unpacks the MessagePack object at the start of the frame; `used`: the bytes it took. The
+// object refers into `frame`.
 Result<msgpack::object_handle> unpack_first(std::span<const std::byte> frame, size_t& used) {
   // Element counts are bounded by the frame size (each element takes at least one byte).
   const size_t n = frame.size();
   const msgpack::unpack_limit limit(n, n, n, n, n, /*depth=*/16);
   try {
     used = 0;
-    return msgpack::unpack(reinterpret_cast<const char*>(frame.data()), frame.size(), used, nullptr,
-                           nullptr, limit);
+    return msgpack::unpack(reinterpret_cast<const char*>(frame.data()), frame.size(), used,
+                           reference_frame, nullptr, limit);
   } catch (const msgpack::insufficient_bytes&) {
     return bad(codes::kMalformed, "truncated MessagePack");
   } catch (const std::exception& e) {
@@ -275,14 +290,14 @@ Status read_uint(const msgpack::object& o, std::string_view field, T& out) {
 Result<Request> decode_header(const msgpack::object& root, uint64_t* request_id) {
   Request r;
   std::optional<uint64_t> version;
-  std::optional<std::string> op_name;
+  std::optional<std::string_view> op_name;
   bool has_id = false;
   Status st = for_each_field(root, "request",
                              [&](std::string_view key, const msgpack::object& v) -> Status {
                                if (key == "v")
                                  return read_value(as_uint(v, key), version.emplace());
                                if (key == "op")
-                                 return read_value(as_str(v, key, 32), op_name.emplace());
+                                 return read_value(as_str_view(v, key, 32), op_name.emplace());
                                if (key == "hook") return read_value(decode_hook(v), r.hook);
                                if (key != "id") return {};
                                if (Status s = read_uint(v, key, r.id); !s) return s;
@@ -300,7 +315,7 @@ Result<Request> decode_header(const msgpack::object& root, uint64_t* request_id)
   }
   if (!op_name) return bad(codes::kMalformed, "missing field 'op'");
   auto op = parse_op(*op_name);
-  if (!op) return bad(codes::kUnknownOp, "unknown op '" + *op_name + "'");
+  if (!op) return bad(codes::kUnknownOp, "unknown op '" + std::string(*op_name) + "'");
   r.op = *op;
   return r;
 }
@@ -431,8 +446,26 @@ std::optional<TestHook> parse_test_hook(std::string_view name) {
   return std::nullopt;
 }
 
+ReplyFields::ReplyFields(std::initializer_list<value_type> fields) {
+  for (const auto& [name, value] : fields) (*this)[name] = value;
+}
+
+ReplyFields::ReplyFields(const std::map<std::string, uint64_t>& fields)
+    : items_(fields.begin(), fields.end()) {}
+
+uint64_t& ReplyFields::operator[](std::string_view name) {
+  for (auto& [n, value] : items_) {
+    if (n == name) return value;
+  }
+  return items_.emplace_back(std::string(name), 0).second;
+}
+
+ReplyFields::const_iterator ReplyFields::find(std::string_view name) const {
+  return std::ranges::find_if(items_, [&](const value_type& f) { return f.first == name; });
+}
+
 uint64_t Reply::field(std::string_view name, uint64_t fallback) const {
-  auto it = fields.find(std::string(name));
+  auto it = fields.find(name);
   return it == fields.end() ? fallback : it->second;
 }
 
@@ -513,47 +546,42 @@ std::pair<std::string, std::string> split_decode_error(const Error& error) {
   return {m.substr(0, colon), utf8_message(std::string_view(m).substr(colon + 2))};
 }
 
-Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLimits& limits,
-                               uint64_t* request_id) {
-  if (frame.size() > limits.max_frame_bytes) {
-    return bad(codes::kTooLarge, "frame of " + std::to_string(frame.size()) +
-                                     " bytes exceeds max_frame_bytes " +
-                                     std::to_string(limits.max_frame_bytes));
-  }
-  size_t used = 0;
-  auto handle = unpack_first(frame, used);
-  if (!handle) return std::unexpected(handle.error());
-  // The id first, wherever it sits in the map, so that an error in any other field (also one
-  // the header decoder meets before "id", or bytes after the message) is answered with the
-  // request's id.
-  if (request_id) {
-    const msgpack::object& root = handle->get();
-    if (root.type == msgpack::type::MAP) {
-      for (const msgpack::object_kv& kv : std::span(root.via.map.ptr, root.via.map.size)) {
-        if (kv.key.type == msgpack::type::STR && key_name(kv.key) == "id" &&
-            kv.val.type == msgpack::type::POSITIVE_INTEGER) {
-          *request_id = kv.val.via.u64;
-          break;
-        }
-      }
+namespace {
+
+// The id first, wherever it sits in the map, so that an error in any other field (also one the
+// header decoder meets before "id", or bytes after the message) is answered with the request's
+// id.
+void peek_id(const msgpack::object& root, uint64_t* request_id) {
+  if (!request_id || root.type != msgpack::type::MAP) return;
+  for (const msgpack::object_kv& kv : std::span(root.via.map.ptr, root.via.map.size)) {
+    if (kv.key.type == msgpack::type::STR && key_name(kv.key) == "id" &&
+        kv.val.type == msgpack::type::POSITIVE_INTEGER) {
+      *request_id = kv.val.via.u64;
+      return;
     }
   }
-  if (Status st = no_trailing_bytes(frame, used); !st) return std::unexpected(st.error());
-  auto request = decode_header(handle->get(), request_id);
+}
+
+Result<Request> decode_request_object(const msgpack::object& root, uint64_t* request_id) {
+  auto request = decode_header(root, request_id);
   if (!request) return std::unexpected(request.error());
-  if (Status st = decode_operation(handle->get(), *request); !st) {
-    return std::unexpected(st.error());
-  }
+  if (Status st = decode_operation(root, *request); !st) return std::unexpected(st.error());
   return request;
 }
 
-Result<Reply> decode_reply(std::span<const std::byte> frame) {
-  auto handle = unpack_one(frame);
-  if (!handle) return std::unexpected(handle.error());
+Status check_frame_size(std::span<const std::byte> frame, const DecodeLimits& limits) {
+  if (frame.size() <= limits.max_frame_bytes) return {};
+  return bad(codes::kTooLarge, "frame of " + std::to_string(frame.size()) +
+                                   " bytes exceeds max_frame_bytes " +
+                                   std::to_string(limits.max_frame_bytes));
+}
+
+Result<Reply> decode_reply_object(const msgpack::object& root) {
   Reply r;
   bool has_ok = false;
-  Status st = for_each_field(
-      handle->get(), "reply", [&](std::string_view key, const msgpack::object& v) -> Status {
+  if (root.type == msgpack::type::MAP) r.fields.reserve(root.via.map.size);
+  Status st =
+      for_each_field(root, "reply", [&](std::string_view key, const msgpack::object& v) -> Status {
         if (key == "ok") {
           if (v.type != msgpack::type::BOOLEAN)
             return bad(codes::kMalformed, "'ok' must be a boolean");
@@ -568,13 +596,75 @@ Result<Reply> decode_reply(std::span<const std::byte> frame) {
           if (!n) return std::unexpected(n.error());
           r.id = *n;
         } else if (v.type == msgpack::type::POSITIVE_INTEGER) {
-          r.fields[std::string(key)] = v.via.u64;
+          r.fields[key] = v.via.u64;
         }
         return {};
       });
   if (!st) return std::unexpected(st.error());
   if (!has_ok) return bad(codes::kMalformed, "reply without 'ok'");
   return r;
+}
+
+}  // namespace
+
+Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLimits& limits,
+                               uint64_t* request_id) {
+  if (Status st = check_frame_size(frame, limits); !st) return std::unexpected(st.error());
+  size_t used = 0;
+  auto handle = unpack_first(frame, used);
+  if (!handle) return std::unexpected(handle.error());
+  peek_id(handle->get(), request_id);
+  if (Status st = no_trailing_bytes(frame, used); !st) return std::unexpected(st.error());
+  return decode_request_object(handle->get(), request_id);
+}
+
+bool is_batch_frame(std::span<const std::byte> frame) {
+  if (frame.empty()) return false;
+  const auto first = static_cast<uint8_t>(frame[0]);
+  return (first >= 0x90 && first <= 0x9f) || first == 0xdc || first == 0xdd;  // fixarray, 16, 32
+}
+
+Status decode_batch(std::span<const std::byte> frame, const DecodeLimits& limits,
+                    const std::function<void(BatchItem)>& on_item) {
+  if (Status st = check_frame_size(frame, limits); !st) return st;
+  auto handle = unpack_one(frame);
+  if (!handle) return std::unexpected(handle.error());
+  auto items = as_array(handle->get(), "batch", kMaxBatchRequests);
+  if (!items) return std::unexpected(items.error());
+  if (items->empty()) return bad(codes::kMalformed, "empty batch");
+  for (const msgpack::object& item : *items) {
+    uint64_t id = 0;
+    peek_id(item, &id);
+    auto request = decode_request_object(item, &id);
+    on_item(BatchItem{.request = std::move(request), .id = id});
+  }
+  return {};
+}
+
+Result<Reply> decode_reply(std::span<const std::byte> frame) {
+  auto handle = unpack_one(frame);
+  if (!handle) return std::unexpected(handle.error());
+  return decode_reply_object(handle->get());
+}
+
+Result<std::vector<Reply>> decode_replies(std::span<const std::byte> frame) {
+  auto handle = unpack_one(frame);
+  if (!handle) return std::unexpected(handle.error());
+  const msgpack::object& root = handle->get();
+  std::vector<Reply> replies;
+  if (root.type != msgpack::type::ARRAY) {
+    auto reply = decode_reply_object(root);
+    if (!reply) return std::unexpected(reply.error());
+    replies.push_back(std::move(*reply));
+    return replies;
+  }
+  replies.reserve(root.via.array.size);
+  for (const msgpack::object& item : std::span(root.via.array.ptr, root.via.array.size)) {
+    auto reply = decode_reply_object(item);
+    if (!reply) return std::unexpected(reply.error());
+    replies.push_back(std::move(*reply));
+  }
+  return replies;
 }
 
 }  // namespace kvtier::server

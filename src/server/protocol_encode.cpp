@@ -5,10 +5,30 @@
 #include "kvtier/server/protocol.h"
 
 namespace kvtier::server {
+namespace {
 
-std::string encode_request(const Request& r) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
+// Packs one message into this thread's reusable buffer, then appends it to `frame` whole
+// (a string append per packed piece costs more than the packing).
+template <class Pack>
+void append_packed(std::string& frame, Pack&& pack) {
+  thread_local msgpack::sbuffer buffer;
+  buffer.clear();
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pack(pk);
+  frame.append(buffer.data(), buffer.size());
+}
+
+// A msgpack stream into a fixed buffer, for a message of known small size (one append).
+struct FixedStream {
+  char data[96];
+  size_t size = 0;
+  void write(const char* p, size_t n) {
+    std::memcpy(data + size, p, n);
+    size += n;
+  }
+};
+
+void pack_request(msgpack::packer<msgpack::sbuffer>& pk, const Request& r) {
   const bool keyed = r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve;
   const bool moves = r.op == Op::kStore || r.op == Op::kRetrieve;
   const bool hooked = r.hook != TestHook::kNone;
@@ -74,12 +94,9 @@ std::string encode_request(const Request& r) {
     pk.pack("blocks"), pk.pack(r.blocks);
   }
   if (r.op == Op::kRetrieve || r.op == Op::kRelease) pk.pack("lock"), pk.pack(r.lock);
-  return std::string(buf.data(), buf.size());
 }
 
-std::string encode_reply(const Reply& r) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
+void pack_reply(msgpack::packer<msgpack::sbuffer>& pk, const Reply& r) {
   uint32_t n =
       3 + static_cast<uint32_t>(r.fields.size()) + (r.ok ? 0 : 2) + (r.event.empty() ? 0 : 1);
   pk.pack_map(n);
@@ -92,7 +109,52 @@ std::string encode_reply(const Reply& r) {
   }
   if (!r.event.empty()) pk.pack("event"), pk.pack(r.event);
   for (const auto& [k, v] : r.fields) pk.pack(k), pk.pack(v);
-  return std::string(buf.data(), buf.size());
+}
+
+}  // namespace
+
+std::string encode_request(const Request& r) {
+  std::string frame;
+  append_request(frame, r);
+  return frame;
+}
+
+std::string encode_reply(const Reply& r) {
+  std::string frame;
+  append_reply(frame, r);
+  return frame;
+}
+
+void append_request(std::string& frame, const Request& r) {
+  append_packed(frame, [&](msgpack::packer<msgpack::sbuffer>& pk) { pack_request(pk, r); });
+}
+
+void append_reply(std::string& frame, const Reply& r) {
+  append_packed(frame, [&](msgpack::packer<msgpack::sbuffer>& pk) { pack_reply(pk, r); });
+}
+
+void append_lookup_reply(std::string& frame, uint64_t id, uint64_t hits, bool pending,
+                         uint64_t lock) {
+  FixedStream stream;  // at most 1 + 2 + 2 + 3 + 9 + 3 + 1 + 5 + 9 + 5 + 9 + 8 + 1 = 58 bytes
+  msgpack::packer<FixedStream> pk(stream);
+  pk.pack_map(6);  // the fields LookupAnswer::reply sets, as append_reply packs them
+  pk.pack("v"), pk.pack(kProtocolVersion);
+  pk.pack("id"), pk.pack(id);
+  pk.pack("ok"), pk.pack(true);
+  pk.pack("hits"), pk.pack(hits);
+  pk.pack("pending"), pk.pack(uint64_t{pending ? 1u : 0u});
+  pk.pack("lock"), pk.pack(lock);
+  frame.append(stream.data, stream.size);
+}
+
+std::string encode_batch(size_t count, std::string_view body) {
+  std::string frame;
+  frame.reserve(body.size() + 5);
+  append_packed(frame, [&](msgpack::packer<msgpack::sbuffer>& pk) {
+    pk.pack_array(static_cast<uint32_t>(count));
+  });
+  frame += body;
+  return frame;
 }
 
 }  // namespace kvtier::server

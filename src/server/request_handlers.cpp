@@ -117,7 +117,15 @@ void CacheService::handle_register(const std::string& client, const Request& r) 
   session.engine = std::make_unique<TransferEngine>(device_, r.layout, session.memory->addresses(),
                                                     slots, session.compute, transfer_options_);
   sessions_.emplace(client, std::move(session));
-  ok(client, r.id, {{"boot_id", boot_id_}, {"slot_bytes", pool_.slot_bytes()}});
+  {
+    std::lock_guard state(state_mu_);
+    registered_.insert(client);
+  }
+  ok(client, r.id,
+     {{"boot_id", boot_id_},
+      {"slot_bytes", pool_.slot_bytes()},
+      {"max_batch", kMaxBatchRequests},
+      {"max_frame_bytes", options_.config.server.max_frame_bytes}});
 }
 
 void CacheService::handle_unregister(const std::string& client, const Request& r) {
@@ -127,22 +135,76 @@ void CacheService::handle_unregister(const std::string& client, const Request& r
     error(client, r.id, codes::kBusy, "transfers in flight");
     return;
   }
-  release_locks(locks_.take_all_of(client));
+  {
+    std::lock_guard state(state_mu_);
+    release_locks(locks_.take_all_of(client));
+    registered_.erase(client);
+  }
   destroy_session(*s);
   sessions_.erase(client);
   ok(client, r.id);
 }
 
+Reply LookupAnswer::reply(uint64_t id) const {
+  if (error) return *error;
+  Reply r;
+  r.id = id;
+  r.fields = {{"hits", hits}, {"pending", pending ? 1u : 0u}, {"lock", lock}};
+  return r;
+}
+
 void CacheService::handle_lookup(const std::string& client, const Request& r) {
-  if (!session_of(client, r.id)) return;
+  LookupAnswer answer;
+  {
+    std::lock_guard state(state_mu_);
+    answer = lookup_locked(client, r);
+  }
+  // Read-through, after the hits are locked (a prefetch's slots are never taken from them):
+  // keys a lower tier holds become pending, never hits, until poll_tiers() publishes them. The
+  // tiers are asked without state_mu_ (that waits); meanwhile only LOOKUPs run on the socket
+  // loop, which neither store nor evict, so their answer still holds when the prefetch starts.
+  if (!answer.error && mover_ && !answer.pending && answer.hits < r.keys.size()) {
+    const size_t lower = mover_->read_through_lower(r.keys, answer.hits);
+    std::lock_guard state(state_mu_);
+    answer.pending = mover_->read_through_start(r.keys, answer.hits, lower);
+  }
+  send(client, answer.reply(r.id));
+}
+
+std::optional<LookupAnswer> CacheService::lookup_now(const std::string& client, const Request& r) {
+  try {
+    std::lock_guard state(state_mu_);
+    if (mover_ && !draining_ && is_registered_locked(client)) {
+      const LookupResult found = cache_.peek(r.keys);
+      if (!found.pending && found.hit_chunks < r.keys.size()) return std::nullopt;  // tiers
+    }
+    ++fast_lookups_;
+    LookupAnswer answer = lookup_locked(client, r);
+    if (answer.error) ++fast_errors_;
+    return answer;
+  } catch (const std::exception& e) {
+    // F11, as CacheService::handle: one "internal" reply; lookup_locked raises only before it
+    // changed state.
+    ++fast_raised_;
+    ++fast_errors_;
+    return LookupAnswer{
+        .error = Reply::error(r.id, codes::kInternal, std::string("handler raised: ") + e.what())};
+  }
+}
+
+LookupAnswer CacheService::lookup_locked(const std::string& client, const Request& r) {
+  const auto fail = [&](std::string_view code, std::string_view message) {
+    return LookupAnswer{.error = Reply::error(r.id, code, message)};
+  };
+  if (draining_) return fail(codes::kShuttingDown, "kvtierd is shutting down");
+  if (!is_registered_locked(client)) return fail(codes::kNotRegistered, "REGISTER first");
   LookupResult found = cache_.lookup(r.keys);
   uint64_t lock_id = 0;
   if (r.lock_ms > 0 && found.hit_chunks > 0) {
     const size_t limit = options_.config.server.max_locks;
     if (locks_.keys_held(client) + found.hit_chunks > limit) {
-      error(client, r.id, codes::kLimitExceeded,
-            "read locks would exceed server.max_locks (" + std::to_string(limit) + " keys)");
-      return;
+      return fail(codes::kLimitExceeded,
+                  "read locks would exceed server.max_locks (" + std::to_string(limit) + " keys)");
     }
     std::vector<ChunkKey> keys(r.keys.begin(), r.keys.begin() + found.hit_chunks);
     auto pinned = cache_.prepare_load(keys);
@@ -158,13 +220,7 @@ void CacheService::handle_lookup(const std::string& client, const Request& r) {
     lock_id = locks_.add(ReadLock{
         .client = client, .keys = std::move(keys), .expires = SteadyClock::instance().now() + ttl});
   }
-  // Read-through, after the hits are locked (a prefetch's slots are never taken from them):
-  // keys a lower tier holds become pending, never hits, until poll_tiers() publishes them.
-  if (mover_ && !found.pending && found.hit_chunks < r.keys.size()) {
-    found.pending = mover_->read_through(r.keys, found.hit_chunks);
-  }
-  ok(client, r.id,
-     {{"hits", found.hit_chunks}, {"pending", found.pending ? 1u : 0u}, {"lock", lock_id}});
+  return LookupAnswer{.hits = found.hit_chunks, .pending = found.pending, .lock = lock_id};
 }
 
 Status CacheService::check_chunks(const Session& s, const Request& r) const {
@@ -206,8 +262,10 @@ void CacheService::handle_transfer(const std::string& client, const Request& r) 
   }
   std::vector<ChunkTransfer> chunks;
   PendingTransfer pending{.request_id = r.id};
+  std::unique_lock state(state_mu_);
   if (r.op == Op::kStore) {
     auto plan = cache_.prepare_store(r.keys);
+    state.unlock();
     if (!plan) {
       error(client, r.id, codes::kResourceExhausted, "no room in the host pool");
       return;
@@ -227,6 +285,7 @@ void CacheService::handle_transfer(const std::string& client, const Request& r) 
   } else {
     auto slots = cache_.prepare_load(r.keys);
     if (!slots) {
+      state.unlock();
       error(client, r.id, codes::kNotFound, slots.error().message);
       return;
     }
@@ -238,6 +297,7 @@ void CacheService::handle_transfer(const std::string& client, const Request& r) 
     if (r.lock != 0) {
       if (auto lock = locks_.take(r.lock, client)) release_locks({std::move(*lock)});
     }
+    state.unlock();
   }
   if (chunks.empty()) {  // every key was present already
     ok(client, r.id, {{"chunks", 0}, {"bytes", 0}, {"already_present", pending.already_present}});
@@ -277,12 +337,15 @@ void CacheService::submit(const std::string& client, Session& s, const Request& 
 }
 
 void CacheService::handle_release(const std::string& client, const Request& r) {
+  std::unique_lock state(state_mu_);
   auto lock = locks_.take(r.lock, client);
   if (!lock) {
+    state.unlock();
     error(client, r.id, codes::kNotFound, "no lock " + std::to_string(r.lock) + " held");
     return;
   }
   release_locks({std::move(*lock)});
+  state.unlock();
   ok(client, r.id);
 }
 
@@ -290,22 +353,30 @@ void CacheService::handle_stats(const std::string& client, const Request& r) {
   std::map<std::string, uint64_t> f = counters_;
   f["boot_id"] = boot_id_;
   f["clients"] = sessions_.size();
-  f["locks"] = locks_.size();
   f["transfers_in_flight"] = transfers_in_flight();
+  std::unique_lock state(state_mu_);
+  // LOOKUPs the socket loop answered itself (lookup_now) count like the service's own.
+  f["lookups_fast"] = fast_lookups_.load();
+  if (f["lookups_fast"] > 0) f["op_LOOKUP"] += f["lookups_fast"];
+  f["error_replies"] += fast_errors_.load();
+  f["handler_errors"] += fast_raised_.load();
+  f["locks"] = locks_.size();
   add_stats(f, "", cache_.counters());
   f["requests"] = loop_.requests.load();
   f["pings"] = loop_.pings.load();
   f["rejected_frames"] = loop_.rejected_frames.load();
   f["limit_rejections"] = loop_.limit_rejections.load();
   f["clients_reaped"] = loop_.clients_reaped.load();
+  f["batch_frames"] = loop_.batch_frames.load();
   f["injected_hangs"] = fault_ ? fault_->counts().hangs : 0;
   f["cache_audit_ok"] = cache_.audit().has_value() ? 1 : 0;
   // The asking client's own share, for a client that audits its bookkeeping against kvtierd's.
   f["client_locked_keys"] = locks_.keys_held(client);
+  state.unlock();
   const auto session = sessions_.find(client);
   f["client_transfers_in_flight"] = session == sessions_.end() ? 0 : session->second.pending.size();
   add_tier_stats(f);
-  ok(client, r.id, std::move(f));
+  ok(client, r.id, f);
 }
 
 }  // namespace kvtier::server

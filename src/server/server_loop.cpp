@@ -1,6 +1,7 @@
-// kvtierd's socket loop: owns the ROUTER socket, rejects bad frames itself, answers PING,
-// enforces per-client limits, tracks client liveness, and forwards replies the cache service
-// produces. It never runs a handler, so a slow handler never blocks it.
+// kvtierd's socket loop: owns the ROUTER socket, rejects bad frames itself, answers PING and
+// (through CacheService::lookup_now, under the cache state's mutex) LOOKUP, enforces per-client
+// limits, tracks client liveness, and forwards replies the cache service produces. It never
+// runs a handler, so a slow handler never blocks it.
 #include <pthread.h>
 
 #include <cerrno>
@@ -25,6 +26,8 @@ constexpr size_t kMaxMessagesPerWakeup = 256;
 struct Peer {
   TimePoint last_seen;
   uint32_t in_flight = 0;
+  // Posted to the service and not yet dispatched there (CacheService's QueuedCount).
+  QueuedCount queued = std::make_shared<std::atomic<uint32_t>>(0);
 };
 
 uint64_t random_boot_id() {
@@ -79,9 +82,23 @@ class SocketLoop {
  private:
   SocketLoop(const ServerOptions& options, uint64_t boot_id);
 
-  // One request: answers bad frames, disabled hooks, PING and requests over the client's
-  // in-flight limit itself; posts the rest to the service.
+  // One frame: a request or a batch of them (each as if in its own frame); the replies given at
+  // once go back in one frame (an array for a batch).
   void admit(const std::string& client, std::vector<zmq::message_t>& parts);
+  // The replies one frame's requests got at once, encoded one after the other.
+  struct Answers {
+    std::string body;
+    size_t count = 0;
+    void add(const Reply& reply) {
+      append_reply(body, reply);
+      ++count;
+    }
+  };
+  // One request: answers bad requests, disabled hooks, PING, requests over the client's
+  // in-flight limit and (lookup_now) LOOKUP itself, adding the reply to `now`; posts the rest
+  // to the service.
+  void admit_one(const std::string& client, Peer& peer, Result<Request> request, uint64_t id,
+                 Answers& now);
   // One reply from the service: the empty routing id marks the drain.
   void forward(std::vector<zmq::message_t>& parts);
   void answer(const std::string& client, const Reply& reply) {
@@ -213,25 +230,49 @@ void SocketLoop::pump() {
 void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& parts) {
   Peer& peer = peers_[client];
   peer.last_seen = SteadyClock::instance().now();
-  ++counters_.requests;
   if (parts.size() != 2) {
+    ++counters_.requests;
     ++counters_.rejected_frames;
     answer(client, Reply::error(0, codes::kMalformed,
                                 "expected exactly one frame after the routing id, got " +
                                     std::to_string(parts.size() - 1)));
     return;
   }
-  uint64_t id = 0;
-  auto request = decode_request(as_bytes(parts[1].to_string_view()), limits_, &id);
+  const std::span<const std::byte> frame = as_bytes(parts[1].to_string_view());
+  Answers now;
+  if (!is_batch_frame(frame)) {
+    uint64_t id = 0;
+    auto request = decode_request(frame, limits_, &id);
+    admit_one(client, peer, std::move(request), id, now);
+    if (now.count > 0) send_to(router_, client, now.body);
+    return;
+  }
+  ++counters_.batch_frames;
+  const Status read = decode_batch(frame, limits_, [&](BatchItem item) {
+    admit_one(client, peer, std::move(item.request), item.id, now);
+  });
+  if (!read) {  // nothing of it could be read as requests: one error reply, as for any frame
+    ++counters_.requests;
+    ++counters_.rejected_frames;
+    auto [code, message] = split_decode_error(read.error());
+    answer(client, Reply::error(0, code, message));
+    return;
+  }
+  if (now.count > 0) send_to(router_, client, encode_batch(now.count, now.body));
+}
+
+void SocketLoop::admit_one(const std::string& client, Peer& peer, Result<Request> request,
+                           uint64_t id, Answers& now) {
+  ++counters_.requests;
   if (!request) {
     ++counters_.rejected_frames;
     auto [code, message] = split_decode_error(request.error());
-    answer(client, Reply::error(id, code, message));
+    now.add(Reply::error(id, code, message));
     return;
   }
   if (request->hook != TestHook::kNone && !options_.test_hooks) {
-    answer(client, Reply::error(id, codes::kInvalidArgument,
-                                "test hooks are disabled (start kvtierd with --test-hooks)"));
+    now.add(Reply::error(id, codes::kInvalidArgument,
+                         "test hooks are disabled (start kvtierd with --test-hooks)"));
     return;
   }
   if (request->op == Op::kPing && request->hook == TestHook::kNone) {
@@ -241,18 +282,33 @@ void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& p
     pong.fields = {{"boot_id", boot_id_}};
     for (const std::string& tier : service_->degraded_tiers())
       pong.fields[tier_down_field(tier)] = 1;
-    answer(client, pong);
+    now.add(pong);
     return;
   }
   if (peer.in_flight >= max_in_flight_) {
     ++counters_.limit_rejections;
-    answer(client, Reply::error(id, codes::kLimitExceeded,
-                                "more than server.max_requests_in_flight (" +
-                                    std::to_string(max_in_flight_) + ") requests in flight"));
+    now.add(Reply::error(id, codes::kLimitExceeded,
+                         "more than server.max_requests_in_flight (" +
+                             std::to_string(max_in_flight_) + ") requests in flight"));
     return;
   }
+  // A LOOKUP is answered here, without the hop to the service thread, unless an earlier request
+  // of this client still waits there (it must take effect first) or the lower tiers must be
+  // asked (lookup_now declines).
+  if (request->op == Op::kLookup && request->hook == TestHook::kNone && peer.queued->load() == 0) {
+    if (std::optional<LookupAnswer> answer = service_->lookup_now(client, *request)) {
+      if (answer->error) {
+        now.add(*answer->error);
+      } else {
+        append_lookup_reply(now.body, id, answer->hits, answer->pending, answer->lock);
+        ++now.count;
+      }
+      return;
+    }
+  }
   ++peer.in_flight;
-  service_->post(Envelope{client, std::move(*request)});
+  peer.queued->fetch_add(1);
+  service_->post(Envelope{client, std::move(*request), peer.queued});
 }
 
 void SocketLoop::forward(std::vector<zmq::message_t>& parts) {

@@ -4,6 +4,7 @@
 
 #include <msgpack.hpp>
 #include <optional>
+#include <tuple>
 
 #include "kvtier/server/protocol.h"
 
@@ -298,6 +299,92 @@ TEST(ProtocolCodec, MemfdRegistrationRoundTrips) {
   EXPECT_EQ(out->memory.fd, 17u);
   EXPECT_TRUE(out->memory.shm_name.empty());
   EXPECT_EQ(out->memory.bytes, 4096u);
+}
+
+// The socket loop's LOOKUP reply, encoded without a Reply, is the Reply the service would send.
+TEST(ProtocolCodec, LookupReplyWithoutAReplyIsTheSameBytes) {
+  for (const auto& [hits, pending, lock] : {std::tuple<uint64_t, bool, uint64_t>{0, false, 0},
+                                            {3, true, 7},
+                                            {1u << 20, false, ~0ull}}) {
+    Reply in;
+    in.id = 1ull << 40;
+    in.fields = {{"hits", hits}, {"pending", pending ? 1u : 0u}, {"lock", lock}};
+    std::string fast;
+    append_lookup_reply(fast, in.id, hits, pending, lock);
+    EXPECT_EQ(fast, encode_reply(in));
+  }
+}
+
+TEST(ProtocolCodec, ReplyFieldsKeepOneValuePerNameInTheOrderAdded) {
+  ReplyFields f = {{"b", 1}, {"a", 2}, {"b", 3}};
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f.begin()->first, "b");
+  EXPECT_EQ(f.find("b")->second, 3u);
+  f["c"] = 4;
+  EXPECT_TRUE(f.contains("c"));
+  EXPECT_EQ(f.find("zz"), f.end());
+  EXPECT_EQ(f, ReplyFields({{"c", 4}, {"a", 2}, {"b", 3}}));  // equal as maps
+  Reply r;
+  r.fields = f;
+  EXPECT_EQ(r.field("a"), 2u);
+  EXPECT_EQ(r.field("zz", 9), 9u);
+}
+
+TEST(ProtocolCodec, BatchRoundTripKeepsEachElementsOwnResult) {
+  std::string body;
+  append_request(body, store_request());
+  append_request(body, Request{.id = 7, .op = Op::kPing});
+  body += "\x81\xa2id\x09";  // {"id": 9}: no v, no op
+  const std::string batch = encode_batch(3, body);
+  ASSERT_TRUE(is_batch_frame(as_bytes(batch)));
+  EXPECT_FALSE(is_batch_frame(as_bytes(encode_request(store_request()))));
+  std::vector<BatchItem> items;
+  ASSERT_TRUE(decode_batch(as_bytes(batch), DecodeLimits{},
+                           [&](BatchItem item) { items.push_back(std::move(item)); }));
+  ASSERT_EQ(items.size(), 3u);
+  ASSERT_TRUE(items[0].request);
+  EXPECT_EQ(items[0].request->keys, store_request().keys);
+  ASSERT_TRUE(items[1].request);
+  EXPECT_EQ(items[1].request->op, Op::kPing);
+  EXPECT_EQ(items[1].id, 7u);
+  EXPECT_EQ(error_code(items[2].request), codes::kMalformed);
+  EXPECT_EQ(items[2].id, 9u);  // echoed though the element is bad
+}
+
+TEST(ProtocolCodec, F11_BadBatchFramesAreOneErrorAndNoElement) {
+  const auto code_of = [](const std::string& frame, size_t max_bytes = 1 << 20) {
+    size_t calls = 0;
+    Status st = decode_batch(as_bytes(frame), DecodeLimits{.max_frame_bytes = max_bytes},
+                             [&](BatchItem) { ++calls; });
+    EXPECT_EQ(calls, 0u);
+    return st ? std::string("ok") : split_decode_error(st.error()).first;
+  };
+  EXPECT_EQ(code_of("\x90"), codes::kMalformed);  // empty
+  EXPECT_EQ(
+      code_of(encode_batch(kMaxBatchRequests + 1, std::string(kMaxBatchRequests + 1, '\xc0'))),
+      codes::kMalformed);                                 // too many
+  EXPECT_EQ(code_of("\x92\xc0"), codes::kMalformed);      // truncated
+  EXPECT_EQ(code_of("\x91\xc0\xc0"), codes::kMalformed);  // trailing bytes
+  EXPECT_EQ(code_of(encode_batch(1, std::string(100, '\xc0')), 50), codes::kTooLarge);
+}
+
+TEST(ProtocolCodec, RepliesDecodeFromOneReplyOrABatchOfThem) {
+  Reply a;
+  a.id = 1;
+  a.fields = {{"hits", 2}};
+  const Reply b = Reply::error(2, codes::kNotFound, "gone");
+  auto one = decode_replies(as_bytes(encode_reply(a)));
+  ASSERT_TRUE(one);
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ(one->front().field("hits"), 2u);
+  std::string body;
+  append_reply(body, a);
+  append_reply(body, b);
+  auto two = decode_replies(as_bytes(encode_batch(2, body)));
+  ASSERT_TRUE(two);
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[1].code, codes::kNotFound);
+  EXPECT_FALSE(decode_replies(as_bytes(encode_batch(2, body + "\xc0"))));  // not a reply
 }
 
 }  // namespace

@@ -84,6 +84,8 @@ class CacheManager {
   // Counts the leading ready keys. A pending key is never a hit. Does not change recency; the
   // caller touches the keys it uses.
   LookupResult lookup(std::span<const ChunkKey> keys);
+  // What lookup() would answer now, without counting it (hits, misses, pending_lookups).
+  LookupResult peek(std::span<const ChunkKey> keys) const;
 
   // Gives each absent key a slot and makes it pending, evicting ready keys that are unpinned and
   // not among `keys`. All-or-nothing: when that cannot make room for every absent key, returns

@@ -35,10 +35,10 @@
 // for each node down). The writer thread probes DOWN tiers and down parts whose probe is due
 // every health_tick, so they recover even while nothing asks for them.
 //
-// Thread-safety: on_cache_events, demote_evicted, lower_hits, prefetch and poll must be called
-// from the thread that owns the CacheManager (the mover calls the CacheManager only from
-// there). counters(), tier_metrics(), degraded_tiers() and wait_idle() may be called from any
-// thread. The CacheManager and the HostPool must outlive the mover.
+// Thread-safety: on_cache_events, demote_evicted, lower_hits, read_through (and its two steps),
+// prefetch and poll must be called from the thread that owns the CacheManager (the mover calls the
+// CacheManager only from there). counters(), tier_metrics(), degraded_tiers() and wait_idle() may
+// be called from any thread. The CacheManager and the HostPool must outlive the mover.
 #pragma once
 
 #include <atomic>
@@ -144,6 +144,12 @@ class TierMover {
   // hits the most recently used first, so the prefetch does not evict them). True when some
   // are now pending. Synchronous: waits at most each UP tier's timeout.
   bool read_through(std::span<const ChunkKey> keys, size_t host_hits);
+  // read_through in two steps, for an owner that guards its CacheManager with a lock it must not
+  // hold while the tiers are asked: read_through_lower asks them (how many keys after the prefix
+  // to fetch; it does not touch the CacheManager), read_through_start then starts the prefetch
+  // with that answer (it does). Nothing may store or evict in between.
+  size_t read_through_lower(std::span<const ChunkKey> keys, size_t host_hits);
+  bool read_through_start(std::span<const ChunkKey> keys, size_t host_hits, size_t lower);
 
   // Reserves slots for the keys absent from the host cache and starts filling them. Returns
   // how many keys are now pending; 0 also when prepare_store found no room.

@@ -90,6 +90,11 @@ class CacheClient {
 
   // `lock_for` > 0 read-locks the hits that long (capped by the server's lock_ttl_s).
   std::future<Result<LookupReply>> lookup(std::vector<ChunkKey> keys, Duration lock_for = {});
+  // Many LOOKUPs at once, pipelined: lookups[i] is a LOOKUP request of its own, with its own
+  // reply and lock, answered as lookup(lookups[i], lock_for) would be; queued together, so they
+  // leave in batch frames. One future for all: element i answers lookups[i].
+  std::future<std::vector<Result<LookupReply>>> lookup_many(
+      std::vector<std::vector<ChunkKey>> lookups, Duration lock_for = {});
   // keys[i] goes to / comes from device blocks blocks[i] of `group`. `hook` (here and in
   // release) is for tests.
   std::future<TransferResult> store(JobId job, uint32_t group, std::vector<ChunkKey> keys,

@@ -2,10 +2,10 @@
 //
 // Transport: ZeroMQ. The server binds a ROUTER socket, a client connects a DEALER socket. A
 // request is ONE frame (the ROUTER adds the client's identity in front); a reply is ONE frame.
-// Every frame is one MessagePack map with string keys. Every request carries "v" (protocol
-// version), "id" (a client-chosen request id, echoed by the reply) and "op". Every reply
-// carries "v", "id" and "ok"; an error reply adds "code" and "msg" (at most kMaxErrorMessage
-// bytes). The server also sends unsolicited event frames with "id" 0 and "event".
+// Every frame is one MessagePack map with string keys (or an array of such maps: a batch). Every
+// request carries "v" (protocol version), "id" (a client-chosen request id, echoed by the reply)
+// and "op". Every reply carries "v", "id" and "ok"; an error reply adds "code" and "msg" (at most
+// kMaxErrorMessage bytes). The server also sends unsolicited event frames with "id" 0 and "event".
 //
 // This header holds the typed form of those frames and the codec. Decoding never throws: any
 // malformed, truncated or oversized input is an Error whose message says what was wrong.
@@ -13,11 +13,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvtier/core/chunk_key.h"
@@ -32,6 +35,8 @@ inline constexpr size_t kMaxKeysPerRequest = 65536;
 inline constexpr size_t kMaxBlocksPerChunk = 65536;
 inline constexpr size_t kMaxGroups = 64;
 inline constexpr size_t kMaxTensorsPerGroup = 4096;
+// Requests in one batch frame (a MessagePack array of request maps; docs/protocol.md).
+inline constexpr size_t kMaxBatchRequests = 1024;
 
 enum class Op {
   kRegister,
@@ -58,6 +63,8 @@ enum class TestHook {
   kHangCopies,   // "hang_copies": the transfer's copies hang until the process ends
   kFailCopies,   // "fail_copies": a device fault before any copy (transfer_failed)
   kFailPartway,  // "fail_partway": a fault after the first copy, which hangs (unprovable)
+  kService,      // "service": handled on the service thread also where the socket loop would
+                 // answer it itself (LOOKUP), to compare the two
 };
 
 std::string_view to_string(TestHook hook);  // "" for kNone
@@ -121,13 +128,41 @@ struct Request {
 // '?'), cut to at most kMaxErrorMessage bytes between characters, never inside one.
 std::string utf8_message(std::string_view text);
 
+// A reply's integer fields by name, each once, in the order they were added (decoded: as they
+// came). Flat: a LOOKUP reply has three and a client decodes hundreds of thousands a second;
+// finding a name is a scan (STATS, the largest reply, has about a hundred).
+class ReplyFields {
+ public:
+  using value_type = std::pair<std::string, uint64_t>;
+  using const_iterator = std::vector<value_type>::const_iterator;
+
+  ReplyFields() = default;
+  ReplyFields(std::initializer_list<value_type> fields);
+  explicit ReplyFields(const std::map<std::string, uint64_t>& fields);
+
+  // The field's value, added as 0 when absent.
+  uint64_t& operator[](std::string_view name);
+  const_iterator find(std::string_view name) const;
+  bool contains(std::string_view name) const { return find(name) != end(); }
+  const_iterator begin() const { return items_.begin(); }
+  const_iterator end() const { return items_.end(); }
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  void reserve(size_t n) { items_.reserve(n); }
+  std::map<std::string, uint64_t> to_map() const { return {begin(), end()}; }
+  bool operator==(const ReplyFields& other) const { return to_map() == other.to_map(); }
+
+ private:
+  std::vector<value_type> items_;
+};
+
 struct Reply {
   uint64_t id = 0;
   bool ok = true;
-  std::string code;                        // error replies
-  std::string message;                     // error replies, at most kMaxErrorMessage bytes
-  std::string event;                       // unsolicited events ("shutdown"), id 0
-  std::map<std::string, uint64_t> fields;  // every other reply field (all unsigned integers)
+  std::string code;     // error replies
+  std::string message;  // error replies, at most kMaxErrorMessage bytes
+  std::string event;    // unsolicited events ("shutdown"), id 0
+  ReplyFields fields;   // every other reply field (all unsigned integers)
 
   uint64_t field(std::string_view name, uint64_t fallback = 0) const;
   static Reply error(uint64_t id, std::string_view code, std::string_view message);
@@ -149,6 +184,14 @@ struct DecodeLimits {
 
 std::string encode_request(const Request& request);
 std::string encode_reply(const Reply& reply);
+// Append the same bytes to `frame` (to build a batch's body without a copy per message).
+void append_request(std::string& frame, const Request& request);
+void append_reply(std::string& frame, const Reply& reply);
+// A LOOKUP's success reply: the bytes encode_reply gives for Reply{id, fields {hits, pending,
+// lock}} (in that order), appended without building that Reply (the socket loop answers LOOKUPs at
+// a rate where its map costs more than the lookup).
+void append_lookup_reply(std::string& frame, uint64_t id, uint64_t hits, bool pending,
+                         uint64_t lock);
 
 // Errors are kInvalidArgument; the message starts with the protocol error code
 // ("too_large: ...", "malformed: ...", "unsupported_version: ...", "unknown_op: ...") and, when
@@ -156,6 +199,29 @@ std::string encode_reply(const Reply& reply);
 Result<Request> decode_request(std::span<const std::byte> frame, const DecodeLimits& limits,
                                uint64_t* request_id = nullptr);
 Result<Reply> decode_reply(std::span<const std::byte> frame);
+
+// Batches (docs/protocol.md): a frame may hold a MessagePack array of 1 to kMaxBatchRequests
+// request maps instead of one map. The server handles each as if it came in its own frame and
+// sends the replies it gives at once together, as one array frame; the rest come later, each
+// in its own frame. A client that never sends an array never receives one.
+//
+// Whether a frame holds an array (a batch) rather than anything else (one request).
+bool is_batch_frame(std::span<const std::byte> frame);
+struct BatchItem {
+  Result<Request> request;  // as decode_request decodes a frame holding only this element
+  uint64_t id = 0;          // the element's "id" whenever it could be read, else 0
+};
+// Calls on_item with each element, in order, once the whole frame was checked. The error (one
+// for the whole frame, as decode_request's, and no call) when the frame is too large, not one
+// valid MessagePack value, not an array, or an array of no or too many elements.
+Status decode_batch(std::span<const std::byte> frame, const DecodeLimits& limits,
+                    const std::function<void(BatchItem)>& on_item);
+// One frame holding `count` encoded messages (each as encode_request or encode_reply gives it),
+// concatenated in `body`, as one MessagePack array.
+std::string encode_batch(size_t count, std::string_view body);
+// A reply frame: one reply (a map) or a batch of them (an array). Errors as decode_reply's; an
+// array element that is not a reply fails the whole frame.
+Result<std::vector<Reply>> decode_replies(std::span<const std::byte> frame);
 
 // Splits a decode error message into (code, message) as an error reply carries them.
 std::pair<std::string, std::string> split_decode_error(const Error& error);

@@ -26,7 +26,8 @@ namespace kvtier::server {
 struct ServerOptions {
   Config config;
   // Honour the "hook" field of requests (tests only): throw, no_reply, stall (a handler that
-  // takes 2 s), hang_copies, fail_copies, fail_partway.
+  // takes 2 s), hang_copies, fail_copies, fail_partway, service (a LOOKUP answered by the
+  // service thread rather than the socket loop).
   bool test_hooks = false;
 };
 

@@ -234,6 +234,7 @@ def test_ping_and_register_report_the_boot_id(server):
     reg = c.register(memory)
     assert reg["ok"] and reg["boot_id"] == pong["boot_id"]
     assert reg["slot_bytes"] == 3072
+    assert reg["max_batch"] == 1024 and reg["max_frame_bytes"] == 4096
     assert c.call({"op": "UNREGISTER"})["ok"]
     c.close()
     memory.close()
@@ -285,6 +286,41 @@ def test_stats_has_exactly_the_documented_fields(registered):
     for field in documented:
         assert isinstance(stats[field], int) and stats[field] >= 0, field
     assert stats["tiers"] == 0 and stats["tiers_degraded"] == 0
+
+
+def test_batch_of_requests_in_one_frame(registered):
+    """docs/protocol.md, Batches: each element handled as if sent alone, in order; the replies
+    given at once come back as one array, the others each in its own frame."""
+    c, memory = registered
+    for b in range(8):
+        memory.fill(b, 40 + b)
+    keys = [key(41), key(42)]
+    batch = [{"v": 1, "id": 9001, "op": "STORE", "keys": keys, "blocks": blocks(0, 2)},
+             {"v": 1, "id": 9002, "op": "LOOKUP", "keys": keys},      # after the STORE: queued
+             {"v": 1, "id": 9003, "op": "PING"}]
+    c.send_raw([msgpack.packb(batch, use_bin_type=True)])
+    got = {}
+    while len(got) < 3:
+        if not c.socket.poll(TIMEOUT_MS):
+            raise TimeoutError(f"replies missing: have {sorted(got)}")
+        frame = msgpack.unpackb(c.socket.recv(), raw=False)
+        for reply in frame if isinstance(frame, list) else [frame]:
+            assert reply["id"] not in got, "two replies to one request"
+            got[reply["id"]] = reply
+    assert got[9001]["ok"] and got[9001]["chunks"] == 2
+    # The LOOKUP took effect after the STORE: its keys are pending or ready, never missing.
+    assert got[9002]["ok"] and (got[9002]["hits"] == 2 or got[9002]["pending"] == 1)
+    assert got[9003]["ok"] and got[9003]["boot_id"] != 0
+    assert c.no_more_replies()
+    # Two LOOKUPs answered at once: one frame, an array of both replies in order.
+    c.send_raw([msgpack.packb([{"v": 1, "id": 9004, "op": "LOOKUP", "keys": keys},
+                               {"v": 1, "id": 9005, "op": "LOOKUP", "keys": keys[1:],
+                                "lock_ms": 1000}], use_bin_type=True)])
+    assert c.socket.poll(TIMEOUT_MS)
+    frame = msgpack.unpackb(c.socket.recv(), raw=False)
+    assert [r["id"] for r in frame] == [9004, 9005]
+    assert frame[0]["hits"] == 2 and frame[1]["hits"] == 1 and frame[1]["lock"] != 0
+    assert c.call({"op": "RELEASE", "lock": frame[1]["lock"]})["ok"]
 
 
 # ---------------------------------------------------------------------------- error codes
@@ -479,6 +515,28 @@ def test_hostile_request_gets_one_decodable_reply(server, name, request_fields, 
         assert reply["code"] == code, reply
     if echo:
         assert reply["id"] == 4242, reply
+    assert c.no_more_replies()
+    c.close()
+    assert_second_client_served(server)
+
+
+def test_hostile_batches(server):
+    c = Client(server)
+    c.send_raw([msgpack.packb([])])                                   # an empty batch
+    assert expect_error(c.receive(), "malformed")["id"] == 0
+    c.send_raw([msgpack.packb([None] * 1025)])                        # over max_batch
+    assert expect_error(c.receive(), "malformed")["id"] == 0
+    c.send_raw([msgpack.packb([{"v": 1, "id": 5, "op": "PING"}] * 400)])   # over 4096 bytes
+    expect_error(c.receive(), "too_large")
+    # Bad elements get their own error, with their id where it could be read.
+    c.send_raw([msgpack.packb([{"v": 1, "id": 6, "op": "FROB"}, "x", [[[]]],
+                               {"v": 2, "id": 7, "op": "PING"},
+                               {"v": 1, "id": 8, "op": "PING"}], use_bin_type=True)])
+    assert c.socket.poll(TIMEOUT_MS)
+    frame = msgpack.unpackb(c.socket.recv(), raw=False)
+    assert [(r["id"], r.get("code")) for r in frame] == [
+        (6, "unknown_op"), (0, "malformed"), (0, "malformed"), (7, "unsupported_version"),
+        (8, None)]
     assert c.no_more_replies()
     c.close()
     assert_second_client_served(server)
