@@ -121,7 +121,11 @@ StreamResult ServeInstance::stream(const std::string& prompt, size_t max_tokens,
       const auto j = nlohmann::json::parse(event.substr(6), nullptr, false);
       if (!j.is_object() || !j.contains("choices")) continue;
       const std::string piece = j["choices"][0].value("text", "");
-      if (!piece.empty() && !result.ttft_ms) result.ttft_ms = ms_since(t0);
+      if (!piece.empty()) {
+        result.last_piece_ms = ms_since(t0);
+        if (!result.ttft_ms) result.ttft_ms = result.last_piece_ms;
+        ++result.pieces;
+      }
       result.text += piece;
       if (hang_up_after && ++events >= *hang_up_after) {
         result.hung_up = true;

@@ -32,6 +32,8 @@ struct StreamResult {
   bool hung_up = false;           // this client disconnected on purpose (hang_up_after)
   std::string text;               // the generated text received
   std::optional<double> ttft_ms;  // time to the first generated text
+  size_t pieces = 0;              // data events that carried generated text
+  double last_piece_ms = 0;       // time to the last of them
   double wall_ms = 0;             // from the request to its end
 };
 

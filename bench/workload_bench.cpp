@@ -1,12 +1,17 @@
 #include "workload_bench.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -17,42 +22,19 @@
 #include "bench_row.h"
 #include "filler_text.h"
 #include "kvtier/core/child_process.h"
+#include "kvtier/core/config.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtierd_instance.h"
 #include "serve_instance.h"
 
 namespace kvtier::bench {
 namespace {
 
 using BenchClock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
+using namespace std::chrono_literals;
 
 double ms_since(BenchClock::time_point t0) {
   return std::chrono::duration<double, std::milli>(BenchClock::now() - t0).count();
-}
-
-using Server = ServeInstance;
-
-// Sends every prompt, `concurrency` at a time; returns each output, or nullopt where the request
-// failed (its error is counted in `errors`).
-std::vector<std::optional<std::string>> run_concurrently(Server& server,
-                                                         const std::vector<std::string>& prompts,
-                                                         size_t max_tokens, size_t concurrency) {
-  std::vector<std::optional<std::string>> outputs(prompts.size());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> clients;
-  for (size_t c = 0; c < concurrency; ++c) {
-    clients.emplace_back([&] {
-      for (size_t i = next++; i < prompts.size(); i = next++) {
-        try {
-          outputs[i] = server.complete(prompts[i], max_tokens).second;
-        } catch (const std::exception&) {
-          outputs[i].reset();
-        }
-      }
-    });
-  }
-  for (std::thread& t : clients) t.join();
-  return outputs;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -63,179 +45,399 @@ double percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::ranges::find(names, name) != names.end();
+}
+
+constexpr size_t kBlock = 16;
+constexpr size_t kBlocksPerChunk = 4;
+
+// The overrides every server of the bench shares.
+std::vector<std::string> base_sets(uint32_t world_size, size_t device_blocks, size_t max_context) {
+  return {"engine.port=0",
+          "engine.world_size=" + std::to_string(world_size),
+          "engine.device_blocks=" + std::to_string(device_blocks),
+          "engine.max_batched_tokens=2048",
+          "engine.request_timeout_s=600",
+          "model.max_context=" + std::to_string(max_context),
+          "layout.block_size=" + std::to_string(kBlock),
+          "layout.blocks_per_chunk=" + std::to_string(kBlocksPerChunk),
+          "cache.host_bytes=512MiB"};
+}
+
+// The KV bytes of one chunk over all ranks, for a server started with these overrides.
+uint64_t chunk_bytes_of(const std::vector<std::string>& sets) {
+  const Result<Config> config = with_overrides(Config{}, sets);
+  if (!config) throw std::runtime_error("workload config: " + config.error().message);
+  const EngineShape shape = engine_shape(*config);
+  return uint64_t{shape.layout.max_chunk_bytes()} * shape.world_size;
+}
+
+// kvtierd sized for one rank's share of the layout those overrides give.
+std::vector<std::string> kvtierd_sets(const std::vector<std::string>& serve_sets) {
+  const Result<Config> config = with_overrides(Config{}, serve_sets);
+  if (!config) throw std::runtime_error("workload config: " + config.error().message);
+  const KvGroup g = engine_shape(*config).layout.groups.at(0);
+  return {"layout.layers=" + std::to_string(g.layers),
+          "layout.kv_heads=" + std::to_string(g.kv_heads),
+          "layout.head_dim=" + std::to_string(g.head_dim),
+          "layout.dtype_bytes=" + std::to_string(g.dtype_bytes),
+          "layout.block_size=" + std::to_string(g.block_size),
+          "layout.blocks_per_chunk=" + std::to_string(g.blocks_per_chunk),
+          "cache.host_bytes=512MiB"};
+}
+
+// The counters of one server that a row reports, read from /metrics (and kvtierd's STATS).
+struct Counters {
+  double prompt_tokens = 0;
+  double cached_tokens = 0;
+  double generated_tokens = 0;
+  double loaded_tokens = 0;
+  double stored_chunks = 0;
+
+  Counters operator-(const Counters& o) const {
+    return {prompt_tokens - o.prompt_tokens, cached_tokens - o.cached_tokens,
+            generated_tokens - o.generated_tokens, loaded_tokens - o.loaded_tokens,
+            stored_chunks - o.stored_chunks};
+  }
+};
+
+// One cache mode's server (and its kvtierd).
+struct ModeServer {
+  std::string cache;
+  std::unique_ptr<KvtierdInstance> kvtierd;  // cache kvtierd only
+  std::unique_ptr<ServeInstance> serve;
+
+  Counters counters() const {
+    const HttpAnswer m = serve->get("/metrics", 5s);
+    if (m.status != 200)
+      throw std::runtime_error(cache + ": /metrics answered " + std::to_string(m.status));
+    Counters c{
+        .prompt_tokens = metric_sum(m.body, "kvtier_prompt_tokens_total"),
+        .cached_tokens = metric_sum(m.body, "kvtier_cached_prompt_tokens_total"),
+        .generated_tokens = metric_sum(m.body, "kvtier_generation_tokens_total"),
+        .loaded_tokens = metric_sum(m.body, "kvtier_core_kvtier_loaded_tokens_total"),
+        .stored_chunks = metric_sum(m.body, "kvtier_core_kvtier_host_stores_succeeded_total")};
+    if (kvtierd) {
+      const auto stats = kvtierd->stats(5s);
+      if (!stats) throw std::runtime_error("kvtierd answers no STATS");
+      const auto it = stats->find("stores_succeeded");
+      c.stored_chunks = it == stats->end() ? 0 : static_cast<double>(it->second);
+    }
+    return c;
+  }
+};
+
+// What one mode did with one cell's requests.
+struct CellRun {
+  std::vector<std::optional<std::string>> outputs;  // nullopt: the request failed
+  std::vector<double> ttft_ms;
+  std::vector<double> itl_ms;  // per request: (last token - first token) / (tokens - 1)
+  double wall_s = 0;
+  Counters counters;  // the server's counters moved by this run
+};
+
+// Sends the scenario's requests `concurrency` at a time, each after the one it must follow.
+CellRun run_cell(const ModeServer& server, const Scenario& scenario, size_t concurrency) {
+  const size_t n = scenario.requests.size();
+  CellRun run;
+  run.outputs.resize(n);
+  std::vector<double> ttft(n, -1), itl(n, -1);
+  std::vector<bool> finished(n, false);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<size_t> next{0};
+  const Counters before = server.counters();
+  const auto t0 = BenchClock::now();
+  std::vector<std::jthread> clients;
+  for (size_t c = 0; c < std::min(concurrency, n); ++c) {
+    clients.emplace_back([&] {
+      for (size_t i = next++; i < n; i = next++) {
+        const ScenarioRequest& request = scenario.requests[i];
+        if (request.after) {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return finished[*request.after]; });
+        }
+        const StreamResult r = server.serve->stream(request.prompt, scenario.max_tokens, 600s);
+        {
+          std::lock_guard lock(mu);
+          if (r.status == 200 && r.done && r.ttft_ms) {
+            run.outputs[i] = r.text;
+            ttft[i] = *r.ttft_ms;
+            if (r.pieces >= 2) {
+              itl[i] = (r.last_piece_ms - *r.ttft_ms) / static_cast<double>(r.pieces - 1);
+            }
+          }
+          finished[i] = true;
+        }
+        cv.notify_all();
+      }
+    });
+  }
+  clients.clear();  // joins
+  run.wall_s = ms_since(t0) / 1000;
+  run.counters = server.counters() - before;
+  for (size_t i = 0; i < n; ++i) {
+    if (ttft[i] >= 0) run.ttft_ms.push_back(ttft[i]);
+    if (itl[i] >= 0) run.itl_ms.push_back(itl[i]);
+  }
+  return run;
+}
+
+// A line on stderr naming what runs now: rewritten in place on a terminal, one line each
+// otherwise (a log keeps them all).
+class Progress {
+ public:
+  Progress() : tty_(isatty(STDERR_FILENO) == 1) {}
+  ~Progress() {
+    if (tty_ && shown_) std::cerr << "\n";
+  }
+  void show(const std::string& line) {
+    if (tty_) {
+      std::cerr << "\r" << line << std::string(line.size() < width_ ? width_ - line.size() : 0, ' ')
+                << std::flush;
+      width_ = line.size();
+    } else {
+      std::cerr << line << "\n";
+    }
+    shown_ = true;
+  }
+
+ private:
+  bool tty_;
+  bool shown_ = false;
+  size_t width_ = 0;
+};
+
+// The scenarios of workload_scenarios.h: servers per mode, then every concurrency, the modes
+// taking turns. Returns false when a request failed or an output differed from off's.
+bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const std::string& name,
+                  const std::vector<std::string>& caches, const std::filesystem::path& dir,
+                  size_t& cell, size_t cells, Progress& progress, std::ostream& out) {
+  size_t longest = 0;
+  for (size_t c : o.concurrency) {
+    longest = std::max(longest, make_scenario(name, c, o.sizes, o.seed).longest_prompt);
+  }
+  const size_t prompt_blocks = (longest + o.sizes.answer_tokens + kBlock - 1) / kBlock;
+  const size_t device_blocks = 2 * prompt_blocks + 16;
+  const size_t max_context = std::max<size_t>(4096, longest + o.sizes.answer_tokens + 256);
+  const std::vector<std::string> base = base_sets(o.world_size, device_blocks, max_context);
+  const uint64_t chunk_bytes = chunk_bytes_of(base);
+  const double bytes_per_token = static_cast<double>(chunk_bytes) / (kBlock * kBlocksPerChunk);
+
+  std::vector<ModeServer> servers;
+  for (const std::string& cache : caches) {
+    progress.show("workload: " + name + ": starting " + cache);
+    ModeServer m{.cache = cache};
+    std::vector<std::string> sets = base;
+    sets.push_back(std::string("connector.enabled=") + (cache == "off" ? "false" : "true"));
+    if (cache == "disk") {
+      // A host pool for about one and a half of the longest prompts: the rest is on disk only.
+      const uint64_t chunk_tokens = kBlock * kBlocksPerChunk;
+      const uint64_t host_bytes = (longest * 3 / 2 + chunk_tokens - 1) / chunk_tokens * chunk_bytes;
+      sets.push_back("cache.host_bytes=" + std::to_string(host_bytes));
+      sets.push_back("tiers.disk_path=" + (dir / ("disk-" + name)).string());
+    } else if (cache == "kvtierd") {
+      m.kvtierd = std::make_unique<KvtierdInstance>(
+          exe, "ipc://" + (dir / ("kvtierd-" + name + ".sock")).string(), kvtierd_sets(base),
+          dir / ("kvtierd-" + name + ".log"));
+      if (!m.kvtierd->start(30s)) throw std::runtime_error("kvtierd did not start");
+      sets.push_back("cache.mode=server");
+      sets.push_back("server.endpoint=" + m.kvtierd->endpoint());
+    }
+    m.serve = std::make_unique<ServeInstance>(exe, sets);
+    servers.push_back(std::move(m));
+  }
+
+  bool ok = true;
+  for (size_t c : o.concurrency) {
+    // Each concurrency its own requests (nothing carries over from the cell before).
+    const Scenario scenario = make_scenario(name, c, o.sizes, o.seed + c);
+    ++cell;
+    std::vector<std::optional<CellRun>> runs(servers.size());
+    for (size_t k = 0; k < servers.size(); ++k) {
+      const size_t m = (k + cell) % servers.size();  // the order rotates from cell to cell
+      progress.show("workload: cell " + std::to_string(cell) + "/" + std::to_string(cells) + ": " +
+                    name + ", concurrency " + std::to_string(c) + ", cache " + servers[m].cache +
+                    " (" + std::to_string(scenario.requests.size()) + " requests)");
+      runs[m] = run_cell(servers[m], scenario, c);
+    }
+    const auto off = std::ranges::find(caches, "off");
+    const CellRun* base_run = off == caches.end() ? nullptr : &*runs[off - caches.begin()];
+    for (size_t m = 0; m < servers.size(); ++m) {
+      const CellRun& run = *runs[m];
+      const size_t errors = static_cast<size_t>(
+          std::ranges::count_if(run.outputs, [](const auto& t) { return !t.has_value(); }));
+      const double tokens_per_s = run.wall_s > 0 ? run.counters.generated_tokens / run.wall_s : 0;
+      nlohmann::ordered_json row{
+          {"bench", "workload"},
+          {"scenario", name},
+          {"concurrency", c},
+          {"cache", servers[m].cache},
+          {"requests", scenario.requests.size()},
+          {"errors", errors},
+          {"ttft_p50_ms", percentile(run.ttft_ms, 0.5)},
+          {"ttft_p99_ms", percentile(run.ttft_ms, 0.99)},
+          {"itl_p50_ms", percentile(run.itl_ms, 0.5)},
+          {"itl_p99_ms", percentile(run.itl_ms, 0.99)},
+          {"output_tokens_per_s", tokens_per_s},
+          {"hit_rate", run.counters.prompt_tokens > 0
+                           ? run.counters.cached_tokens / run.counters.prompt_tokens
+                           : 0.0},
+          {"bytes_loaded", run.counters.loaded_tokens * bytes_per_token},
+          {"bytes_stored", run.counters.stored_chunks * static_cast<double>(chunk_bytes)},
+          {"wall_s", run.wall_s}};
+      if (errors > 0) ok = false;
+      if (base_run && servers[m].cache != "off") {
+        const double off_tps =
+            base_run->wall_s > 0 ? base_run->counters.generated_tokens / base_run->wall_s : 0;
+        const double p50 = percentile(run.ttft_ms, 0.5), p99 = percentile(run.ttft_ms, 0.99);
+        const double off_p50 = percentile(base_run->ttft_ms, 0.5);
+        const double off_p99 = percentile(base_run->ttft_ms, 0.99);
+        const bool identical = errors == 0 && run.outputs == base_run->outputs;
+        row["throughput_ratio"] = off_tps > 0 ? tokens_per_s / off_tps : 0.0;
+        row["ttft_p50_speedup"] = p50 > 0 ? off_p50 / p50 : 0.0;
+        row["ttft_p99_slowdown"] = off_p99 > 0 ? p99 / off_p99 : 0.0;
+        row["outputs_identical"] = identical;
+        if (!identical) ok = false;
+      }
+      emit(out, o.json, row);
+    }
+  }
+  return ok;
+}
+
+// Memory pressure (H8): device memory for about one and a half requests, 8 requests at a time
+// over three shared documents; every request must complete, with the same output with the
+// cache on and off.
+void run_pressure(const WorkloadBenchOptions& o, const std::string& exe, std::ostream& out) {
+  const size_t pressure_prompt = 2500;
+  const size_t pressure_blocks = (pressure_prompt + 64) * 3 / 2 / kBlock;
+  std::mt19937_64 rng(11);
+  std::vector<std::string> documents;
+  for (int d = 0; d < 3; ++d) documents.push_back(filler_text(rng, pressure_prompt));
+  Scenario work{.name = "pressure", .max_tokens = 12};
+  for (uint32_t i = 0; i < o.pressure_requests; ++i) {
+    work.requests.push_back(
+        {.prompt = documents[i % 3] + "\nQ" + std::to_string(i) + ": what follows?"});
+  }
+  std::vector<std::optional<std::string>> reference;
+  for (bool cache : {false, true}) {
+    std::vector<std::string> s = base_sets(o.world_size, pressure_blocks, 16384);
+    s.push_back(std::string("connector.enabled=") + (cache ? "true" : "false"));
+    s.push_back("engine.request_timeout_s=120");  // a request that hangs counts as an error
+    ModeServer server{.cache = cache ? "on" : "off",
+                      .serve = std::make_unique<ServeInstance>(exe, s)};
+    const CellRun run = run_cell(server, work, 8);
+    const size_t completed = static_cast<size_t>(
+        std::ranges::count_if(run.outputs, [](const auto& text) { return text.has_value(); }));
+    if (!cache) reference = run.outputs;
+    const bool identical = run.outputs == reference;
+    emit(out, o.json,
+         nlohmann::ordered_json{{"bench", "workload_pressure"},
+                                {"scenario", "pressure"},
+                                {"cache", server.cache},
+                                {"device_blocks", pressure_blocks},
+                                {"concurrency", 8},
+                                {"requests", work.requests.size()},
+                                {"completed", completed},
+                                {"errors", work.requests.size() - completed},
+                                {"identical_to_cache_off", identical},
+                                {"healthy_after", server.serve->health() == 200},
+                                {"wall_s", run.wall_s}});
+    if (completed != work.requests.size() || !identical) {
+      throw std::runtime_error("memory pressure: " + std::to_string(completed) + " of " +
+                               std::to_string(work.requests.size()) + " requests completed" +
+                               (identical ? "" : ", outputs differ with the cache on and off"));
+    }
+  }
+}
+
+// H1/H2: from a worker's SIGKILL to the first 503.
+void run_kill(const std::string& exe, std::ostream& out, bool json) {
+  std::vector<std::string> s = base_sets(2, 512, 4096);
+  s.push_back("connector.enabled=true");
+  ServeInstance server(exe, s);
+  std::vector<pid_t> workers;
+  for (pid_t core : child_processes(server.pid())) {
+    for (pid_t w : child_processes(core)) workers.push_back(w);
+  }
+  if (workers.empty()) throw std::runtime_error("no worker process found");
+  const auto t0 = BenchClock::now();
+  send_signal(workers.back(), SIGKILL);
+  while (server.health() != 503) {
+    if (ms_since(t0) > 10000) throw std::runtime_error("/health never answered 503");
+  }
+  emit(out, json,
+       nlohmann::ordered_json{{"bench", "workload_kill"},
+                              {"scenario", "kill"},
+                              {"kill_to_503_ms", ms_since(t0)},
+                              {"target_ms", 100}});
+}
+
 }  // namespace
+
+const std::vector<std::string>& workload_cache_modes() {
+  static const std::vector<std::string> modes = {"off", "host", "disk", "kvtierd"};
+  return modes;
+}
 
 int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
   const std::string exe = o.executable.empty() ? self_executable() : o.executable;
-  const size_t block = 16;
-  const size_t longest = o.history_tokens + o.turns * (o.message_tokens + o.answer_tokens) + 64;
-  // The device holds about one and a half conversations: returning users miss it.
-  const size_t device_blocks = (longest * 3 / 2) / block + 64;
-  const size_t max_context = std::max<size_t>(16384, longest + 256);
-  auto sets = [&](bool offload) {
-    return std::vector<std::string>{
-        "engine.port=0",
-        "engine.world_size=" + std::to_string(o.world_size),
-        "engine.device_blocks=" + std::to_string(device_blocks),
-        "engine.max_batched_tokens=2048",
-        "model.max_context=" + std::to_string(max_context),
-        "layout.block_size=" + std::to_string(block),
-        "layout.blocks_per_chunk=4",
-        "cache.host_bytes=1GiB",
-        std::string("connector.enabled=") + (offload ? "true" : "false")};
-  };
-  // The disk tier below a host pool that, like the device, holds about one and a half
-  // conversations: a returning user's prefix is in neither, only on disk.
-  const std::filesystem::path disk_dir =
-      std::filesystem::temp_directory_path() / ("kvtier-bench-disk-" + std::to_string(getpid()));
-  uint64_t tiered_host_bytes = 0;
-  auto disk_sets = [&] {
-    Config c;
-    c.engine.world_size = o.world_size;
-    c.model.max_context = static_cast<uint32_t>(max_context);
-    c.layout.block_size = static_cast<uint32_t>(block);
-    c.layout.blocks_per_chunk = 4;
-    const EngineShape shape = engine_shape(c);
-    const uint64_t chunk_tokens = block * 4;
-    const uint64_t chunk_bytes = uint64_t{shape.layout.max_chunk_bytes()} * shape.world_size;
-    tiered_host_bytes = (longest * 3 / 2 + chunk_tokens - 1) / chunk_tokens * chunk_bytes;
-    std::vector<std::string> s = sets(true);
-    s.push_back("cache.host_bytes=" + std::to_string(tiered_host_bytes));
-    s.push_back("tiers.disk_path=" + disk_dir.string());
-    return s;
-  };
+  std::vector<std::string> scenarios = o.scenarios;
+  if (scenarios.empty()) {
+    scenarios = scenario_names();
+    scenarios.push_back("pressure");
+    scenarios.push_back("kill");
+  }
+  const std::vector<std::string> caches = o.caches.empty() ? workload_cache_modes() : o.caches;
+  for (const std::string& cache : caches) {
+    if (!contains(workload_cache_modes(), cache)) {
+      std::cerr << "bench workload: unknown cache mode '" << cache << "'\n";
+      return 2;
+    }
+  }
+  size_t cells = 0;
+  for (const std::string& name : scenarios) {
+    if (contains(scenario_names(), name)) {
+      cells += o.concurrency.size();
+    } else if (name != "pressure" && name != "kill") {
+      std::cerr << "bench workload: unknown scenario '" << name << "'\n";
+      return 2;
+    }
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("kvtier-bench-workload-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
   struct RemoveDir {
     std::filesystem::path dir;
     ~RemoveDir() {
       std::error_code ec;
       std::filesystem::remove_all(dir, ec);
     }
-  } remove_disk_dir{disk_dir};
+  } remove_dir{dir};
+  bool ok = true;
+  size_t cell = 0;
   try {
-    Server off(exe, sets(false));
-    Server on(exe, sets(true));
-    Server disk(exe, disk_sets());
-    std::mt19937_64 rng(7);
-    std::vector<std::string> history(o.users);
-    for (std::string& h : history) h = filler_text(rng, o.history_tokens);
-    std::vector<double> ttft_on, ttft_off, ttft_disk;
-    for (uint32_t turn = 0; turn < o.turns; ++turn) {
-      for (uint32_t u = 0; u < o.users; ++u) {
-        const std::string prompt = history[u] + "\nuser: " + filler_text(rng, o.message_tokens);
-        const auto [t_off, text_off] = off.complete(prompt, o.answer_tokens);
-        const auto [t_on, text_on] = on.complete(prompt, o.answer_tokens);
-        const auto [t_disk, text_disk] = disk.complete(prompt, o.answer_tokens);
-        if (text_on != text_off || text_disk != text_off)
-          throw std::runtime_error(
-              "outputs differ with the cache on, on with the disk tier, and off");
-        // The first turn computes every document on every server: not a returning user.
-        if (turn > 0) {
-          ttft_off.push_back(t_off);
-          ttft_on.push_back(t_on);
-          ttft_disk.push_back(t_disk);
-        }
-        history[u] = prompt + "\nassistant: " + text_on;
-      }
-    }
-    // cache "on": the host cache holds every conversation; "disk": a host cache for about one
-    // and a half conversations, and the disk tier below it.
-    const double p50_off = percentile(ttft_off, 0.5);
-    for (const char* cache : {"off", "on", "disk"}) {
-      const std::vector<double>& ttft = cache == std::string("off")  ? ttft_off
-                                        : cache == std::string("on") ? ttft_on
-                                                                     : ttft_disk;
-      const double p50 = percentile(ttft, 0.5);
-      nlohmann::ordered_json row{{"bench", "workload"},
-                                 {"cache", cache},
-                                 {"users", o.users},
-                                 {"turns", o.turns},
-                                 {"history_tokens", o.history_tokens},
-                                 {"ttft_p50_ms", p50},
-                                 {"ttft_p99_ms", percentile(ttft, 0.99)}};
-      if (cache == std::string("disk")) {
-        row["host_bytes"] = tiered_host_bytes;
-        const std::string metrics = disk.get("/metrics").body;
-        row["disk_chunks_read"] = metric_sum(metrics, "kvtier_core_kvtier_tier_disk_hits_total");
-        row["disk_chunks_written"] =
-            metric_sum(metrics, "kvtier_core_kvtier_tier_disk_chunks_written_total");
-      }
-      if (cache != std::string("off")) {
-        row["ratio"] = p50 > 0 ? p50_off / p50 : 0;
-        row["outputs_identical"] = true;  // checked request by request above
-      }
-      emit(out, o.json, row);
-    }
-  } catch (const std::exception& e) {
-    std::cerr << "bench workload: " << e.what() << "\n";
-    return 1;
-  }
-  // Memory pressure (H8): device memory for about one and a half requests, 8 requests at a
-  // time over three shared documents; every request must complete, with the same output with
-  // the cache on and off.
-  try {
-    const size_t pressure_prompt = 2500;
-    const size_t pressure_blocks = (pressure_prompt + 64) * 3 / 2 / block;
-    std::mt19937_64 rng(11);
-    std::vector<std::string> documents;
-    for (int d = 0; d < 3; ++d) documents.push_back(filler_text(rng, pressure_prompt));
-    std::vector<std::string> prompts;
-    for (uint32_t i = 0; i < o.pressure_requests; ++i) {
-      prompts.push_back(documents[i % 3] + "\nQ" + std::to_string(i) + ": what follows?");
-    }
-    std::vector<std::optional<std::string>> reference;
-    for (bool cache : {false, true}) {
-      auto s = sets(cache);
-      s.push_back("engine.device_blocks=" + std::to_string(pressure_blocks));
-      s.push_back("engine.request_timeout_s=120");  // a request that hangs counts as an error
-      Server server(exe, s);
-      const auto t0 = BenchClock::now();
-      const auto outputs = run_concurrently(server, prompts, 12, 8);
-      const double wall_s = ms_since(t0) / 1000;
-      const size_t completed = static_cast<size_t>(
-          std::ranges::count_if(outputs, [](const auto& text) { return text.has_value(); }));
-      if (!cache) reference = outputs;
-      const bool identical = outputs == reference;
-      emit(out, o.json,
-           nlohmann::ordered_json{{"bench", "workload_pressure"},
-                                  {"cache", cache ? "on" : "off"},
-                                  {"device_blocks", pressure_blocks},
-                                  {"concurrency", 8},
-                                  {"requests", prompts.size()},
-                                  {"completed", completed},
-                                  {"errors", prompts.size() - completed},
-                                  {"identical_to_cache_off", identical},
-                                  {"healthy_after", server.health() == 200},
-                                  {"wall_s", wall_s}});
-      if (completed != prompts.size() || !identical) {
-        throw std::runtime_error("memory pressure: " + std::to_string(completed) + " of " +
-                                 std::to_string(prompts.size()) + " requests completed" +
-                                 (identical ? "" : ", outputs differ with the cache on and off"));
+    Progress progress;
+    for (const std::string& name : scenarios) {
+      if (name == "pressure") {
+        progress.show("workload: memory pressure");
+        run_pressure(o, exe, out);
+      } else if (name == "kill") {
+        progress.show("workload: worker SIGKILL to 503");
+        run_kill(exe, out, o.json);
+      } else if (!run_scenario(o, exe, name, caches, dir, cell, cells, progress, out)) {
+        ok = false;
       }
     }
   } catch (const std::exception& e) {
     std::cerr << "bench workload: " << e.what() << "\n";
     return 1;
   }
-  // H1/H2: from a worker's SIGKILL to the first 503.
-  try {
-    auto s = sets(true);
-    s.push_back("engine.world_size=2");
-    Server server(exe, s);
-    std::vector<pid_t> workers;
-    for (pid_t core : child_processes(server.pid())) {
-      for (pid_t w : child_processes(core)) workers.push_back(w);
-    }
-    if (workers.empty()) throw std::runtime_error("no worker process found");
-    const auto t0 = BenchClock::now();
-    send_signal(workers.back(), SIGKILL);
-    while (server.health() != 503) {
-      if (ms_since(t0) > 10000) throw std::runtime_error("/health never answered 503");
-    }
-    emit(out, o.json,
-         nlohmann::ordered_json{
-             {"bench", "workload_kill"}, {"kill_to_503_ms", ms_since(t0)}, {"target_ms", 100}});
-  } catch (const std::exception& e) {
-    std::cerr << "bench workload: " << e.what() << "\n";
+  if (!ok) {
+    std::cerr << "bench workload: a request failed or an output differed from cache off's (see "
+                 "the rows' errors and outputs_identical)\n";
     return 1;
   }
   return 0;

@@ -1,36 +1,48 @@
-// `kvtier bench workload`: a multi-turn conversation workload against `kvtier serve` started as
-// real processes. Several users each keep a conversation whose history starts with a long
-// document and grows by a message and an answer every turn; the device is too small to keep
-// every user's history, so a returning user's prefix is either recomputed (cache off) or loaded
-// from kvtier's host cache (cache on), or from the disk tier below a host pool that holds about
-// one and a half conversations (cache disk). The three servers run side by side in one run,
-// requests interleaved, and time to first token (TTFT) is measured from the client. Rows
-// `workload_pressure` run requests 8 at a time over shared documents on a device that holds
-// about one and a half of them, cache off and on, and count the requests that completed. A last
-// row measures
-// how long /health takes to answer 503 after a worker is killed with SIGKILL.
+// `kvtier bench workload`: the workloads of workload_scenarios.h against `kvtier serve` started
+// as real processes, one server per cache mode, the modes taking turns on the same requests in
+// one run (docs/benchmarks.md):
+//   off      kvtier off (the engine's own device prefix cache only)
+//   host     kvtier's host cache in the engine (cache.mode local)
+//   disk     a host cache for about one and a half of the longest prompts, the disk tier below
+//   kvtierd  the cache in a kvtierd process (cache.mode server)
+// The device holds about two of the scenario's longest prompts, so a returning prefix has left
+// it. Each (scenario, concurrency) cell runs every mode, in an order that rotates from cell to
+// cell, and prints a row per mode: TTFT and inter-token latency p50/p99 measured by the client,
+// output tokens/s, the cache hit rate and the bytes loaded and stored (from /metrics), and for
+// the modes other than off the ratios against off and whether every output equals off's.
+// Two more scenarios keep their own rows: `pressure` (`workload_pressure`: requests 8 at a time
+// on a device for about one and a half of them, cache off and on, every one must complete) and
+// `kill` (`workload_kill`: from a worker's SIGKILL to the first 503).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
+
+#include "workload_scenarios.h"
 
 namespace kvtier::bench {
 
 struct WorkloadBenchOptions {
   bool json = false;
-  uint32_t users = 4;
-  uint32_t turns = 4;
-  size_t history_tokens = 8192;  // the document each conversation starts with
-  size_t message_tokens = 64;    // each user turn
-  size_t answer_tokens = 16;     // each answer
+  // Scenario names (workload_scenarios.h, "pressure", "kill"); empty: all of them.
+  std::vector<std::string> scenarios;
+  std::vector<size_t> concurrency = {1, 8, 32};
+  std::vector<std::string> caches;  // modes; empty: off, host, disk, kvtierd
+  ScenarioSizes sizes;
   uint32_t world_size = 1;
   uint32_t pressure_requests = 40;  // memory-pressure case: requests, 8 at a time
-  std::string executable;           // kvtier; empty: this process's executable
+  uint64_t seed = 7;
+  std::string executable;  // kvtier; empty: this process's executable
 };
 
-// Writes JSON Lines (json) or key=value rows. Returns a process exit code.
+// The cache modes, in the order the first cell runs them.
+const std::vector<std::string>& workload_cache_modes();
+
+// Writes JSON Lines (json) or key=value rows, a progress line on stderr. Returns a process exit
+// code: 1 when a request failed, an output differed from cache off's, or a server failed.
 int run_workload_bench(const WorkloadBenchOptions& options, std::ostream& out);
 
 }  // namespace kvtier::bench

@@ -86,24 +86,54 @@ Action add_bench_command(CLI::App& app) {
 
   CLI::App* workload = bench->add_subcommand(
       "workload",
-      "Multi-turn conversations against kvtier serve, cache on and off side by side (TTFT), and "
-      "the time from a worker's SIGKILL to the first 503");
+      "The field's workloads (multi-round-qa, long-doc-qa, no-reuse, system-prompt) against kvtier "
+      "serve at several concurrencies, cache modes off/host/disk/kvtierd side by side (TTFT, "
+      "inter-token latency, throughput, hit rate, ratios against off); memory pressure; the time "
+      "from a worker's SIGKILL to the first 503");
   auto work = std::make_shared<bench::WorkloadBenchOptions>();
   workload->add_flag("--json", work->json, "Print JSON Lines instead of key=value rows");
-  workload->add_option("--users", work->users, "Conversations (default 4)")
-      ->check(CLI::Range(1, 64));
-  workload->add_option("--turns", work->turns, "Turns per conversation (default 4)")
+  std::vector<std::string> scenario_choices = bench::scenario_names();
+  scenario_choices.push_back("pressure");
+  scenario_choices.push_back("kill");
+  workload
+      ->add_option("--scenario", work->scenarios,
+                   "Scenarios to run, repeatable (default: all): multi-round-qa, long-doc-qa, "
+                   "no-reuse, system-prompt, pressure, kill")
+      ->check(CLI::IsMember(scenario_choices));
+  workload
+      ->add_option("--concurrency", work->concurrency,
+                   "Requests in flight, repeatable (default: 1 8 32)")
+      ->check(CLI::Range(1, 256));
+  workload
+      ->add_option("--cache", work->caches,
+                   "Cache modes, repeatable (default: off host disk kvtierd)")
+      ->check(CLI::IsMember(bench::workload_cache_modes()));
+  workload
+      ->add_option("--document-tokens", work->sizes.document_tokens,
+                   "Tokens of each document (multi-round-qa, long-doc-qa; default 2048)")
+      ->check(CLI::Range(64, 65536));
+  workload
+      ->add_option("--system-prompt-tokens", work->sizes.system_prompt_tokens,
+                   "Tokens of the shared system prompt (system-prompt; default 2048)")
+      ->check(CLI::Range(64, 65536));
+  workload
+      ->add_option("--unique-tokens", work->sizes.unique_tokens,
+                   "Tokens of each prompt of no-reuse (default 1024)")
+      ->check(CLI::Range(64, 65536));
+  workload
+      ->add_option("--rounds", work->sizes.rounds, "Rounds per user (multi-round-qa; default 3)")
       ->check(CLI::Range(2, 100));
   workload
-      ->add_option("--history-tokens", work->history_tokens,
-                   "Tokens of the document each conversation starts with (default 8192)")
-      ->check(CLI::Range(64, 65536));
+      ->add_option("--answer-tokens", work->sizes.answer_tokens,
+                   "Tokens generated per request (default 16)")
+      ->check(CLI::Range(2, 4096));
   workload
       ->add_option("--pressure-requests", work->pressure_requests,
                    "Requests of the memory-pressure case (default 40)")
       ->check(CLI::Range(1, 10000));
   workload->add_option("--world-size", work->world_size, "Workers per engine core (default 1)")
       ->check(CLI::Range(1, 8));
+  workload->add_option("--seed", work->seed, "Seed of the prompts (default 7)");
   CLI::App* server = bench->add_subcommand(
       "server", "kvtierd (ZeroMQ + shared memory) vs a local redis-server holding the same chunks");
   auto server_options = std::make_shared<bench::ServerBenchOptions>();
