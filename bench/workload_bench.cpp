@@ -135,7 +135,16 @@ struct CellRun {
   std::vector<double> itl_ms;  // per request: (last token - first token) / (tokens - 1)
   double wall_s = 0;
   Counters counters;  // the server's counters moved by this run
+  std::map<std::string, size_t> failures;  // how failed requests ended, counted
 };
+
+// How a request that did not complete ended, in a few words.
+std::string failure_of(const StreamResult& r) {
+  if (r.status != 200) return "status " + std::to_string(r.status);
+  if (r.error_event) return "error event";
+  if (!r.done) return "stream ended early";
+  return "no text";
+}
 
 // Sends the scenario's requests `concurrency` at a time, each after the one it must follow.
 CellRun run_cell(const ModeServer& server, const Scenario& scenario, size_t concurrency) {
@@ -167,6 +176,8 @@ CellRun run_cell(const ModeServer& server, const Scenario& scenario, size_t conc
             if (r.pieces >= 2) {
               itl[i] = (r.last_piece_ms - *r.ttft_ms) / static_cast<double>(r.pieces - 1);
             }
+          } else {
+            ++run.failures[failure_of(r)];
           }
           finished[i] = true;
         }
@@ -245,6 +256,7 @@ bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const s
       sets.push_back("cache.mode=server");
       sets.push_back("server.endpoint=" + m.kvtierd->endpoint());
     }
+    sets.insert(sets.end(), o.extra_sets.begin(), o.extra_sets.end());
     m.serve = std::make_unique<ServeInstance>(exe, sets);
     servers.push_back(std::move(m));
   }
@@ -287,7 +299,10 @@ bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const s
           {"bytes_loaded", run.counters.loaded_tokens * bytes_per_token},
           {"bytes_stored", run.counters.stored_chunks * static_cast<double>(chunk_bytes)},
           {"wall_s", run.wall_s}};
-      if (errors > 0) ok = false;
+      if (errors > 0) {
+        row["failures"] = run.failures;
+        ok = false;
+      }
       if (base_run && servers[m].cache != "off") {
         const double off_tps =
             base_run->wall_s > 0 ? base_run->counters.generated_tokens / base_run->wall_s : 0;

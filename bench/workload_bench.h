@@ -35,6 +35,7 @@ struct WorkloadBenchOptions {
   uint32_t world_size = 1;
   uint32_t pressure_requests = 40;  // memory-pressure case: requests, 8 at a time
   uint64_t seed = 7;
+  std::vector<std::string> extra_sets;  // KEY=VALUE overrides for every server (after the bench's)
   std::string executable;  // kvtier; empty: this process's executable
 };
 

@@ -134,6 +134,9 @@ Action add_bench_command(CLI::App& app) {
   workload->add_option("--world-size", work->world_size, "Workers per engine core (default 1)")
       ->check(CLI::Range(1, 8));
   workload->add_option("--seed", work->seed, "Seed of the prompts (default 7)");
+  workload->add_option("--set", work->extra_sets,
+                       "KEY=VALUE config override for every server of the scenarios, after the "
+                       "bench's own (repeatable; e.g. connector.store_threshold=2)");
   CLI::App* server = bench->add_subcommand(
       "server", "kvtierd (ZeroMQ + shared memory) vs a local redis-server holding the same chunks");
   auto server_options = std::make_shared<bench::ServerBenchOptions>();

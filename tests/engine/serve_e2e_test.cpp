@@ -1,7 +1,13 @@
 // `kvtier serve` end to end: the real frontend, engine cores and worker processes, driven over
 // HTTP. Health tests carry the H rule they prove; every wait has a deadline.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -125,6 +131,42 @@ TEST(ServeE2E, H6_StoppedWorkerTurnsHealth503WithinTheStallTimeout) {
   EXPECT_LT(TestClock::now() - stopped, 2000ms);
   EXPECT_NE(serve->get("/health").body.find("stalled"), std::string::npos);
   send_signal(worker, SIGCONT);
+}
+
+// Whether a TCP connection to host:port completes within `timeout` (a non-blocking connect).
+bool connects_within(const std::string& host, int port, std::chrono::milliseconds timeout,
+                     std::vector<int>& open_fds) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  open_fds.push_back(fd);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return false;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) return true;
+  if (errno != EINPROGRESS) return false;
+  pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
+  if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return false;
+  int error = 0;
+  socklen_t length = sizeof error;
+  return ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+}
+
+// A burst of connections while the frontend does not accept (here: stopped) waits in the
+// kernel's accept queue. cpp-httplib's own backlog is 5: past that, the kernel drops the SYNs
+// and each client waits a 1 s retransmit (TTFT p99 +1 s at 32 concurrent clients).
+TEST(ServeE2E, ABurstOfConnectionsWaitsInTheAcceptQueueInsteadOfBeingDropped) {
+  auto serve = start_ready({});
+  ASSERT_TRUE(serve);
+  std::vector<int> fds;
+  size_t connected = 0;
+  send_signal(serve->pid(), SIGSTOP);
+  for (int i = 0; i < 32; ++i)
+    connected += connects_within(serve->host(), serve->port(), 300ms, fds);
+  send_signal(serve->pid(), SIGCONT);
+  for (int fd : fds) ::close(fd);
+  EXPECT_EQ(connected, 32u);
+  EXPECT_EQ(serve->get("/health").status, 200);
 }
 
 TEST(ServeE2E, H3_KilledEngineCoreTurnsHealth503) {

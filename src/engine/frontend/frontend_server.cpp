@@ -1,8 +1,11 @@
 #include "kvtier/engine/frontend_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <iostream>
 
@@ -96,10 +99,15 @@ struct FrontendServer::Impl {
   Config config;
   uint64_t max_request_tokens;
   httplib::Server http;
+  int listen_fd = -1;  // the socket http binds last (set by its socket options)
 
   Impl(CoreManager& m, const Config& c)
       : manager(m), config(c), max_request_tokens(kvtier::max_request_tokens(engine_shape(c))) {
     http.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
+    http.set_socket_options([this](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_fd = sock;
+    });
     http.set_payload_max_length(size_t{64} << 20);
     http.set_read_timeout(std::chrono::seconds(30));
     http.set_write_timeout(std::chrono::seconds(30));
@@ -256,17 +264,24 @@ FrontendServer::~FrontendServer() {
 
 Result<int> FrontendServer::bind() {
   const EngineConfig& engine = impl_->config.engine;
+  int port = static_cast<int>(engine.port);
   if (engine.port == 0) {
-    const int port = impl_->http.bind_to_any_port(engine.host);
+    port = impl_->http.bind_to_any_port(engine.host);
     if (port < 0) return make_error(ErrorCode::kUnavailable, "cannot bind " + engine.host);
-    return port;
-  }
-  if (!impl_->http.bind_to_port(engine.host, static_cast<int>(engine.port))) {
+  } else if (!impl_->http.bind_to_port(engine.host, port)) {
     return make_error(ErrorCode::kUnavailable, "cannot bind " + engine.host + ":" +
                                                    std::to_string(engine.port) +
                                                    " (engine.host / engine.port)");
   }
-  return static_cast<int>(engine.port);
+  // cpp-httplib listens with a backlog of 5 (compiled into Debian's libcpp-httplib): a burst of
+  // more connections than that overflows the accept queue, and each dropped SYN costs its client
+  // a 1 s retransmit (TTFT +1 s, or a failed connect, at 32 concurrent clients). Listening
+  // again on the bound socket raises the backlog (the kernel caps it at net.core.somaxconn).
+  if (impl_->listen_fd >= 0 && ::listen(impl_->listen_fd, SOMAXCONN) != 0) {
+    return make_error(ErrorCode::kUnavailable,
+                      std::string("cannot raise the listen backlog: ") + std::strerror(errno));
+  }
+  return port;
 }
 
 void FrontendServer::run() {
