@@ -94,13 +94,24 @@ struct Counters {
   double generated_tokens = 0;
   double loaded_tokens = 0;
   double stored_chunks = 0;
+  std::map<std::string, double> mover;  // the tier mover's counters (cache disk)
 
   Counters operator-(const Counters& o) const {
-    return {prompt_tokens - o.prompt_tokens, cached_tokens - o.cached_tokens,
-            generated_tokens - o.generated_tokens, loaded_tokens - o.loaded_tokens,
-            stored_chunks - o.stored_chunks};
+    Counters d{prompt_tokens - o.prompt_tokens,       cached_tokens - o.cached_tokens,
+               generated_tokens - o.generated_tokens, loaded_tokens - o.loaded_tokens,
+               stored_chunks - o.stored_chunks,       mover};
+    for (auto& [name, value] : d.mover) {
+      const auto it = o.mover.find(name);
+      if (it != o.mover.end()) value -= it->second;
+    }
+    return d;
   }
 };
+
+// The tier mover's counters a disk row shows (tier_mover.h): where chunks went on their way
+// down and back.
+const char* const kMoverCounters[] = {"chunks_demoted", "writes_dropped",    "writes_missed",
+                                      "prefetch_keys",  "prefetch_rejected", "prefetch_succeeded"};
 
 // One cache mode's server (and its kvtierd).
 struct ModeServer {
@@ -118,6 +129,12 @@ struct ModeServer {
         .generated_tokens = metric_sum(m.body, "kvtier_generation_tokens_total"),
         .loaded_tokens = metric_sum(m.body, "kvtier_core_kvtier_loaded_tokens_total"),
         .stored_chunks = metric_sum(m.body, "kvtier_core_kvtier_host_stores_succeeded_total")};
+    if (cache == "disk") {
+      for (const char* name : kMoverCounters) {
+        c.mover[name] =
+            metric_sum(m.body, std::string("kvtier_core_kvtier_tier_") + name + "_total");
+      }
+    }
     if (kvtierd) {
       const auto stats = kvtierd->stats(5s);
       if (!stats) throw std::runtime_error("kvtierd answers no STATS");
@@ -134,7 +151,7 @@ struct CellRun {
   std::vector<double> ttft_ms;
   std::vector<double> itl_ms;  // per request: (last token - first token) / (tokens - 1)
   double wall_s = 0;
-  Counters counters;  // the server's counters moved by this run
+  Counters counters;                       // the server's counters moved by this run
   std::map<std::string, size_t> failures;  // how failed requests ended, counted
 };
 
@@ -299,6 +316,7 @@ bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const s
           {"bytes_loaded", run.counters.loaded_tokens * bytes_per_token},
           {"bytes_stored", run.counters.stored_chunks * static_cast<double>(chunk_bytes)},
           {"wall_s", run.wall_s}};
+      for (const auto& [counter, value] : run.counters.mover) row["tier_" + counter] = value;
       if (errors > 0) {
         row["failures"] = run.failures;
         ok = false;
