@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,11 @@ class CoreProcessHarness {
   void reset_heartbeat_gap() { max_heartbeat_gap_ = {}; }
   // The last heartbeat's degraded list (H7).
   const std::vector<std::string>& degraded() const { return degraded_; }
+  // Every name a heartbeat's degraded list held, and the counters of the last heartbeat whose
+  // list was not empty: a state that lasted a few heartbeats is seen even when it ended before
+  // the test looked.
+  const std::set<std::string>& degraded_seen() const { return degraded_seen_; }
+  const nlohmann::json& counters_while_degraded() const { return counters_while_degraded_; }
   // Counters from a heartbeat sent after everything handled so far.
   const nlohmann::json& fresh_counters() {
     const size_t seen = heartbeats_;
@@ -117,6 +123,8 @@ class CoreProcessHarness {
       last_heartbeat_ = now;
       counters_ = m["counters"];
       degraded_ = m["degraded"].get<std::vector<std::string>>();
+      degraded_seen_.insert(degraded_.begin(), degraded_.end());
+      if (!degraded_.empty()) counters_while_degraded_ = counters_;
       ++heartbeats_;
     }
     if (t == "failed" && !failed_) failed_ = m["reason"].get<std::string>();
@@ -144,6 +152,8 @@ class CoreProcessHarness {
   std::optional<std::string> failed_;
   nlohmann::json counters_;
   std::vector<std::string> degraded_;
+  std::set<std::string> degraded_seen_;
+  nlohmann::json counters_while_degraded_ = nlohmann::json::object();
   std::chrono::steady_clock::time_point last_heartbeat_{};
   std::chrono::steady_clock::duration max_heartbeat_gap_{};
   size_t heartbeats_ = 0;

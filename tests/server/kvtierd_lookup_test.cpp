@@ -389,14 +389,21 @@ TEST_F(KvtierdLookupTest, F11_EveryRequestOfABatchGetsExactlyOneReply) {
       "\xa3hey",
       server::encode_request(lookup_request(14, test_keys(1, 1), 0, TestHook::kService)),
       server::encode_request(plain_request(15, Op::kStats)),
-      // After a request that waits for the service, a LOOKUP waits for it too (order).
+      // After a request that waits for the service, a LOOKUP waits for it too (order), unless
+      // the service has already dispatched both when the socket loop reaches it.
       server::encode_request(lookup_request(16, test_keys(1, 1))),
   };
   peer.send_frame(batch_of(items));
   bool was_batch = false;
   const std::vector<Reply> at_once = peer.receive(&was_batch);
   EXPECT_TRUE(was_batch);
-  ASSERT_EQ(at_once.size(), 4u);
+  ASSERT_TRUE(at_once.size() == 4u || at_once.size() == 5u) << at_once.size();
+  std::set<uint64_t> waited = {14, 15, 16};
+  if (at_once.size() == 5u) {
+    EXPECT_EQ(at_once[4].id, 16u);
+    EXPECT_TRUE(at_once[4].ok) << at_once[4].code;
+    waited.erase(16);
+  }
   EXPECT_EQ(at_once[0].id, 10u);
   EXPECT_TRUE(at_once[0].ok);
   EXPECT_EQ(at_once[1].id, 11u);
@@ -405,8 +412,8 @@ TEST_F(KvtierdLookupTest, F11_EveryRequestOfABatchGetsExactlyOneReply) {
   EXPECT_EQ(at_once[2].code, server::codes::kMalformed);
   EXPECT_EQ(at_once[3].id, 0u);  // no id could be read
   EXPECT_EQ(at_once[3].code, server::codes::kMalformed);
-  const auto later = peer.collect({14, 15, 16});
-  ASSERT_EQ(later.size(), 3u);
+  const auto later = peer.collect(waited);
+  ASSERT_EQ(later.size(), waited.size());
   for (const auto& [id, reply] : later) EXPECT_TRUE(reply.ok) << id << ": " << reply.code;
   EXPECT_TRUE(peer.receive(nullptr, 200ms).empty()) << "a reply too many";
 
