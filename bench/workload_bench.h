@@ -36,7 +36,7 @@ struct WorkloadBenchOptions {
   uint32_t pressure_requests = 40;  // memory-pressure case: requests, 8 at a time
   uint64_t seed = 7;
   std::vector<std::string> extra_sets;  // KEY=VALUE overrides for every server (after the bench's)
-  std::string executable;  // kvtier; empty: this process's executable
+  std::string executable;               // kvtier; empty: this process's executable
 };
 
 // The cache modes, in the order the first cell runs them.
