@@ -84,6 +84,8 @@ class Tally {
   }
   void completed() { ++completed_; }
   void failed_request() { ++failed_requests_; }
+  void not_ready() { ++not_ready_; }
+  uint64_t not_ready_count() const { return not_ready_; }
 
   uint64_t total_faults() const {
     std::lock_guard lock(mutex_);
@@ -111,6 +113,7 @@ class Tally {
   uint64_t printed_ = 0;
   std::atomic<uint64_t> completed_{0};
   std::atomic<uint64_t> failed_requests_{0};
+  std::atomic<uint64_t> not_ready_{0};
 };
 
 // The tiers kvtierd runs with in server-mode epochs, and kvtierd itself; restarted by the
@@ -622,6 +625,24 @@ std::vector<std::string> kvtierd_sets(const ServerSide& side) {
           "tiers.redis_url=" + side.redis->url()};
 }
 
+// An epoch's instance. One that never turns healthy (on a loaded machine a worker can be silent
+// past the 1 s stall timeout while it starts, and /health says so) is started again, as an
+// orchestrator restarts a process that fails its readiness check, and counted; the third
+// failure in a row ends the run.
+std::unique_ptr<ServeInstance> start_instance(const std::string& exe,
+                                              const std::vector<std::string>& sets, Tally& tally) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return std::make_unique<ServeInstance>(exe, sets, 60s);
+    } catch (const std::runtime_error& e) {
+      if (attempt == 3) throw;
+      tally.not_ready();
+      std::cerr << "bench chaos: an instance did not turn healthy; starting it again: " << e.what()
+                << "\n";
+    }
+  }
+}
+
 std::vector<std::string> server_mode_sets(const ServerSide& side) {
   return {"cache.mode=server", "server.endpoint=" + side.kvtierd->endpoint(),
           "server.heartbeat_interval_s=0.1", "server.connect_timeout_s=10"};
@@ -671,8 +692,8 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
         sets.insert(sets.end(), more.begin(), more.end());
       }
       ++epochs;
-      ServeInstance serve(exe, sets, 60s);
-      Epoch epoch(serve, server, faults.may_fail_stop, rng, side, tally);
+      const std::unique_ptr<ServeInstance> serve = start_instance(exe, sets, tally);
+      Epoch epoch(*serve, server, faults.may_fail_stop, rng, side, tally);
       nlohmann::ordered_json row{{"bench", "chaos_epoch"},
                                  {"epoch", epochs},
                                  {"mode", server ? "server" : "local"},
@@ -705,6 +726,7 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
            {"crashes", tally.violations("crashes")},
            {"unexplained_failures", tally.violations("unexplained_failures")},
            {"requests_failed", tally.failed_count()},
+           {"instances_not_ready", tally.not_ready_count()},
            {"seed", o.seed},
            {"seconds", chaos_s},
            {"epochs", epochs},

@@ -46,6 +46,17 @@ ServeInstance::ServeInstance(const std::string& exe, const std::vector<std::stri
   std::vector<std::string> argv = {exe, "serve"};
   for (const std::string& s : sets) argv.insert(argv.end(), {"--set", s});
   process_ = ChildProcess::spawn(argv, {.output_file = dir_ / "out.log"});
+  try {
+    wait_ready(ready_timeout);
+  } catch (...) {
+    process_.kill_and_reap();  // the destructor does not run for a constructor that throws
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+    throw;
+  }
+}
+
+void ServeInstance::wait_ready(std::chrono::milliseconds ready_timeout) {
   const auto deadline = BenchClock::now() + ready_timeout;
   const std::regex line(R"(serving .* on http://([0-9.]+):([0-9]+))");
   while (BenchClock::now() < deadline) {

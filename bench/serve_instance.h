@@ -73,6 +73,9 @@ class ServeInstance {
   std::string log_tail(size_t bytes = 2000) const;
 
  private:
+  // Waits for the port line and /health 200 (the constructor's wait).
+  void wait_ready(std::chrono::milliseconds ready_timeout);
+
   static inline int counter_ = 0;
   std::filesystem::path dir_;
   ChildProcess process_;
