@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "client_connection.h"
+#include "kvtier/core/log.h"
 #include "kvtier/engine/byte_vocab.h"
 #include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/openai_request.h"
@@ -135,7 +136,7 @@ struct FrontendServer::Impl {
             what = e.what();
           } catch (...) {
           }
-          std::cerr << "kvtier frontend: request failed: " << what << "\n";
+          log_error("request failed: " + what);
           reply_json(res, 500, engine_error(500, what, "internal_error").body());
         });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
