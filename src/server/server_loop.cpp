@@ -103,8 +103,7 @@ class SocketLoop {
   };
   // One request: answers bad requests, disabled hooks, PING, requests over the client's
   // in-flight limit and (lookup_now) LOOKUP itself, adding the reply to `answers` (each error
-  // reply accounted, CacheService::account); posts the rest
-  // to the service.
+  // reply accounted, CacheService::account); posts the rest to the service.
   void admit_one(const std::string& client, Peer& peer, Result<Request> request, uint64_t id,
                  Answers& answers);
   // One reply from the service: the empty routing id marks the drain.
