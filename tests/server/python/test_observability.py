@@ -178,7 +178,7 @@ def test_metrics_count_each_tenants_traffic_and_rejections_by_code(kvtierd):
         memory.close()
 
 
-def test_metrics_count_quarantined_slots_of_an_unprovable_transfer(kvtierd):
+def test_F7_metrics_count_quarantined_slots_of_an_unprovable_transfer(kvtierd):
     c, memory = Client(kvtierd), Memory()
     try:
         assert c.register(memory)["ok"]
@@ -192,7 +192,7 @@ def test_metrics_count_quarantined_slots_of_an_unprovable_transfer(kvtierd):
         memory.close()
 
 
-def test_health_names_a_down_tier_and_is_503_while_draining():
+def test_H7_health_names_a_down_tier_and_is_503_while_draining():
     dead = free_port()                                            # nothing listens there
     s = Kvtierd(["tiers.redis_url=redis://127.0.0.1:%d" % dead, "tiers.redis_timeout_s=0.2",
                  "transfer.transfer_deadline_s=5"])
