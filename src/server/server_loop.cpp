@@ -92,20 +92,24 @@ class SocketLoop {
   // One frame: a request or a batch of them (each as if in its own frame); the replies given at
   // once go back in one frame (an array for a batch).
   void admit(const std::string& client, std::vector<zmq::message_t>& parts);
-  // The replies one frame's requests got at once, encoded one after the other.
+  // The replies one frame's requests got at once, encoded one after the other; each error reply
+  // is accounted to the client (CacheService::account).
   struct Answers {
+    CacheService& service;
+    const std::string& client;
     std::string body;
     size_t count = 0;
     void add(const Reply& reply) {
+      service.account(client, reply);
       append_reply(body, reply);
       ++count;
     }
   };
   // One request: answers bad requests, disabled hooks, PING, requests over the client's
-  // in-flight limit and (lookup_now) LOOKUP itself, adding the reply to `answers` (each error
-  // reply accounted, CacheService::account); posts the rest to the service.
+  // in-flight limit and (lookup_now) LOOKUP itself, adding the reply to `now`; posts the rest
+  // to the service.
   void admit_one(const std::string& client, Peer& peer, Result<Request> request, uint64_t id,
-                 Answers& answers);
+                 Answers& now);
   // One reply from the service: the empty routing id marks the drain.
   void forward(std::vector<zmq::message_t>& parts);
   void answer(const std::string& client, const Reply& reply) {
@@ -252,7 +256,7 @@ void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& p
     return;
   }
   const std::span<const std::byte> frame = as_bytes(parts[1].to_string_view());
-  Answers now;
+  Answers now{*service_, client};
   if (!is_batch_frame(frame)) {
     uint64_t id = 0;
     auto request = decode_request(frame, limits_, &id);
@@ -275,18 +279,8 @@ void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& p
 }
 
 void SocketLoop::admit_one(const std::string& client, Peer& peer, Result<Request> request,
-                           uint64_t id, Answers& answers) {
+                           uint64_t id, Answers& now) {
   ++counters_.requests;
-  // Every reply given here is accounted (error replies count against the client's tenant).
-  struct {
-    CacheService& service;
-    const std::string& client;
-    Answers& answers;
-    void add(const Reply& reply) {
-      service.account(client, reply);
-      answers.add(reply);
-    }
-  } now{*service_, client, answers};
   if (!request) {
     ++counters_.rejected_frames;
     auto [code, message] = split_decode_error(request.error());
@@ -323,8 +317,8 @@ void SocketLoop::admit_one(const std::string& client, Peer& peer, Result<Request
       if (answer->error) {
         now.add(*answer->error);
       } else {
-        append_lookup_reply(answers.body, id, answer->hits, answer->pending, answer->lock);
-        ++answers.count;
+        append_lookup_reply(now.body, id, answer->hits, answer->pending, answer->lock);
+        ++now.count;
       }
       return;
     }

@@ -128,7 +128,7 @@ struct FrontendServer::Impl {
       complete(req, res, true);
     });
     http.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+        [](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
           std::string what = "internal error";
           try {
             std::rethrow_exception(error);
@@ -136,7 +136,9 @@ struct FrontendServer::Impl {
             what = e.what();
           } catch (...) {
           }
-          log_error("request failed: " + what);
+          log_error("request failed: " + what,
+                    {{"client", req.remote_addr + ":" + std::to_string(req.remote_port)},
+                     {"request", req.method + " " + req.path}});
           reply_json(res, 500, engine_error(500, what, "internal_error").body());
         });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
