@@ -2,6 +2,7 @@
 
 #include "chaos_bench.h"
 #include "commands.h"
+#include "kvtier/core/log.h"
 #include "scheduler_bench.h"
 #include "server_bench.h"
 #include "tier_bench.h"
@@ -182,6 +183,11 @@ Action add_bench_command(CLI::App& app) {
                   "Only the default mode: no kvtierd, disk, Redis");
   return [transfer, options, scheduler, sched, tiers, tier_options, workload, work, server,
           server_options, chaos, chaos_options](const Config& config) -> int {
+    // The kvtierd and kvtier serve processes a benchmark runs log as role "bench" (stderr; the
+    // results go to stdout).
+    for (const CLI::App* cmd : {transfer, scheduler, tiers, workload, server, chaos}) {
+      if (cmd->parsed()) init_logging(config.log, "bench");
+    }
     if (chaos->parsed()) return bench::run_chaos_bench(*chaos_options, std::cout);
     if (server->parsed()) return bench::run_server_bench(*server_options, std::cout);
     if (scheduler->parsed()) return bench::run_scheduler_bench(*sched, std::cout);

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "kvtier/core/log.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"kvtier: a KV-cache offload engine for LLM inference"};
@@ -15,17 +16,25 @@ int main(int argc, char** argv) {
   app.add_option("--set", sources.overrides,
                  "Override one field, e.g. --set transfer.max_batch_descriptors=1024 "
                  "(repeatable; wins over the file and KVTIER_* variables)");
+  std::string log_level, log_format;
+  app.add_option("--log-level", log_level,
+                 "Least severe log lines: trace, debug, info, warning, error, off (log.level)");
+  app.add_option("--log-format", log_format,
+                 "Log lines as text, or json (one object per line) for log shippers (log.format)");
   app.fallthrough();  // --config / --set may follow the subcommand too
   const kvtier::cli::Action actions[] = {
       kvtier::cli::add_bench_command(app),       kvtier::cli::add_config_command(app),
       kvtier::cli::add_engine_core_command(app), kvtier::cli::add_worker_command(app),
-      kvtier::cli::add_server_command(app),      kvtier::cli::add_serve_command(app)};
+      kvtier::cli::add_server_command(app),      kvtier::cli::add_serve_command(app),
+      kvtier::cli::add_admin_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   if (!config_path.empty()) sources.yaml_path = config_path;
+  if (!log_level.empty()) sources.overrides.push_back("log.level=" + log_level);
+  if (!log_format.empty()) sources.overrides.push_back("log.format=" + log_format);
   sources.env = kvtier::kvtier_environment();
   const auto config = kvtier::load_config(sources);
   if (!config) {
@@ -38,7 +47,7 @@ int main(int argc, char** argv) {
     }
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "kvtier: " << e.what() << "\n";
+    kvtier::log_error(std::string("fatal: ") + e.what());
     return 1;
   }
 }

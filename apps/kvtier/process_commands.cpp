@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "kvtier/core/log.h"
 #include "kvtier/engine/engine_core_process.h"
 #include "kvtier/engine/worker_process.h"
 
@@ -29,6 +30,7 @@ Action add_engine_core_command(CLI::App& app) {
   add_process_options(cmd, *args);
   return [cmd, args, core, &app](const Config& config) -> int {
     if (!cmd->parsed()) return -1;
+    init_logging(config.log, "engine-core-" + std::to_string(*core));
     return run_engine_core(config, *core, args->run_dir,
                            app.get_option("--config")->as<std::string>());
   };
@@ -44,9 +46,11 @@ Action add_worker_command(CLI::App& app) {
     if (!cmd->parsed()) return -1;
     unsigned core = 0, rank = 0;
     if (std::sscanf(name->c_str(), "%u/%u", &core, &rank) != 2) {
-      std::fprintf(stderr, "kvtier worker: expected <core>/<rank>, got '%s'\n", name->c_str());
+      init_logging(config.log, "worker");
+      log_error("expected <core>/<rank>, got '" + *name + "'");
       return 2;
     }
+    init_logging(config.log, "worker-" + std::to_string(core) + "/" + std::to_string(rank));
     return run_worker(config, core, rank, args->run_dir);
   };
 }

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "kvtier/core/child_process.h"
+#include "kvtier/core/log.h"
 #include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/frontend_process.h"
 
@@ -38,6 +39,7 @@ void drop_kvtier_environment() {
 }
 
 int serve(Config config, const ServeFlags& flags) {
+  init_logging(config.log, "serve");
   if (flags.host) config.engine.host = *flags.host;
   if (flags.port) config.engine.port = *flags.port;
   if (flags.engine_cores) config.engine.engine_cores = *flags.engine_cores;
@@ -45,13 +47,13 @@ int serve(Config config, const ServeFlags& flags) {
   if (flags.cache_mode) config.cache.mode = *flags.cache_mode;
   if (flags.cache_server) config.server.endpoint = *flags.cache_server;
   if (Status ok = config.validate(); !ok) {
-    std::cerr << "kvtier serve: configuration: " << ok.error().message << "\n";
+    log_error("configuration: " + ok.error().message);
     return 2;
   }
   try {
     (void)engine_shape(config);  // the model splits over the ranks, the cache holds a chunk
   } catch (const std::invalid_argument& e) {
-    std::cerr << "kvtier serve: configuration: " << e.what() << "\n";
+    log_error(std::string("configuration: ") + e.what());
     return 2;
   }
   const char* tmp = std::getenv("TMPDIR");
@@ -59,12 +61,11 @@ int serve(Config config, const ServeFlags& flags) {
       std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/kvtier-serve-XXXXXX";
   // ipc:// endpoints live in the run dir: a Unix socket path has at most 107 bytes.
   if (pattern.size() + std::strlen("/core-64-collective.ipc") > 107) {
-    std::cerr << "kvtier serve: TMPDIR is too long for ipc:// socket paths: " << pattern << "\n";
+    log_error("TMPDIR is too long for ipc:// socket paths: " + pattern);
     return 2;
   }
   if (mkdtemp(pattern.data()) == nullptr) {
-    std::cerr << "kvtier serve: cannot create a run directory " << pattern << ": "
-              << std::strerror(errno) << "\n";
+    log_error("cannot create a run directory " + pattern + ": " + std::strerror(errno));
     return 1;
   }
   const std::filesystem::path run_dir = pattern;
@@ -73,7 +74,7 @@ int serve(Config config, const ServeFlags& flags) {
     std::ofstream file(config_path);
     file << to_yaml(config);
     if (!file.flush()) {
-      std::cerr << "kvtier serve: cannot write " << config_path << "\n";
+      log_error("cannot write " + config_path.string());
       std::filesystem::remove_all(run_dir);
       return 1;
     }
@@ -86,7 +87,7 @@ int serve(Config config, const ServeFlags& flags) {
   for (std::string& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
   execv(exe.c_str(), args.data());
-  std::cerr << "kvtier serve: cannot execute " << exe << ": " << std::strerror(errno) << "\n";
+  log_error("cannot execute " + exe + ": " + std::strerror(errno));
   std::filesystem::remove_all(run_dir);
   return 1;
 }
@@ -139,7 +140,10 @@ Action add_serve_command(CLI::App& app) {
       ->required();
   return [serve, flags, frontend, run_dir](const Config& config) -> int {
     if (serve->parsed()) return kvtier::cli::serve(config, *flags);
-    if (frontend->parsed()) return run_frontend(config, *run_dir, std::cout);
+    if (frontend->parsed()) {
+      init_logging(config.log, "frontend");
+      return run_frontend(config, *run_dir, std::cout);
+    }
     return -1;
   };
 }

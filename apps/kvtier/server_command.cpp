@@ -1,8 +1,10 @@
-#include <iostream>
+#include <sstream>
 
 #include "commands.h"
+#include "kvtier/core/log.h"
 #include "kvtier/core/stop_signals.h"
 #include "kvtier/server/server.h"
+#include "metrics_http.h"
 
 namespace kvtier::cli {
 
@@ -16,19 +18,33 @@ Action add_server_command(CLI::App& app) {
                 "for tests only");
   return [cmd, test_hooks](const Config& config) -> int {
     if (!cmd->parsed()) return -1;
+    init_logging(config.log, "kvtierd");
     // Before the server starts any thread; SIGINT/SIGTERM ask it to drain.
     StopSignals stop_signals;
     server::Server server(server::ServerOptions{.config = config, .test_hooks = *test_hooks});
     stop_signals.deliver_to([&server] { server.request_stop(); });
-    std::cerr << "kvtierd: starting on " << config.server.endpoint << " (boot id " << std::hex
-              << server.boot_id() << std::dec << ")" << std::endl;
+    std::ostringstream boot_id;
+    boot_id << std::hex << server.boot_id();
+    server::MetricsHttp http(server);
+    if (config.server.metrics_port != 0) {
+      const Result<int> port =
+          http.start(config.server.metrics_host, static_cast<int>(config.server.metrics_port));
+      if (!port) {
+        log_error(port.error().message);
+        return 1;
+      }
+      log_info("metrics on http://" + config.server.metrics_host + ":" + std::to_string(*port) +
+               " (/metrics, /health)");
+    }
+    log_info("starting on " + config.server.endpoint, {{"boot_id", boot_id.str()}});
     const Status st = server.run();
     stop_signals.end();
+    http.stop();
     if (!st) {
-      std::cerr << "kvtierd: " << st.error().message << "\n";
+      log_error(st.error().message);
       return 1;
     }
-    std::cerr << "kvtierd: shut down\n";
+    log_info("shut down");
     return 0;
   };
 }

@@ -60,6 +60,7 @@ const std::vector<Field>& config_fields() {
     constexpr Section<EngineConfig> engine{"engine", &Config::engine};
     constexpr Section<FaultsConfig> faults{"faults", &Config::faults};
     constexpr Section<ServerConfig> server{"server", &Config::server};
+    constexpr Section<LogConfig> log{"log", &Config::log};
     constexpr uint32_t kMaxU32 = std::numeric_limits<uint32_t>::max();
     return std::vector<Field>{
         transfer.field("transfer_deadline_s", &TransferConfig::transfer_deadline_s,
@@ -246,6 +247,19 @@ const std::vector<Field>& config_fields() {
         server.field("max_frame_bytes", &ServerConfig::max_frame_bytes, byte_size(),
                      "Server side: largest request frame; a larger one gets a too_large error "
                      "reply and is not decoded."),
+        server.field("metrics_port", &ServerConfig::metrics_port, integer_in(0, 65535),
+                     "Server side: TCP port of kvtierd's HTTP /metrics (Prometheus) and /health; "
+                     "0 serves neither (docs/operations.md)."),
+        server.field("metrics_host", &ServerConfig::metrics_host, text(),
+                     "Server side: address the metrics port listens on; 0.0.0.0 for every "
+                     "interface."),
+        log.field("level", &LogConfig::level,
+                  one_of({"trace", "debug", "info", "warning", "error", "off"}),
+                  "Least severe log lines written to stderr, by kvtierd and by every process of "
+                  "kvtier serve (the CLI's --log-level)."),
+        log.field("format", &LogConfig::format, one_of({"text", "json"}),
+                  "Log lines as text (timestamp, level, role[pid], message, key=value fields) or "
+                  "as one JSON object per line for log shippers (the CLI's --log-format)."),
     };
   }();
   return table;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "kvtier/core/log.h"
 #include "kvtier/tier/tier_factory.h"
 
 namespace kvtier::server {
@@ -20,6 +21,18 @@ std::unique_ptr<EvictionPolicy> policy_for(const Config& config, size_t num_slot
 }
 
 }  // namespace
+
+std::string client_label(std::string_view routing_id) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string label;
+  label.reserve(routing_id.size() * 2);
+  for (char c : routing_id) {
+    const auto byte = static_cast<unsigned char>(c);
+    label += kHex[byte >> 4];
+    label += kHex[byte & 0xF];
+  }
+  return label;
+}
 
 Result<std::vector<MoverTier>> make_server_tiers(const Config& config) {
   // One namespace for every client: a ChunkKey is rooted in (model, layout, group, salt) by the
@@ -238,6 +251,7 @@ void CacheService::finish(const std::string& client, Session& session, const Tra
       }
       state.unlock();
       ++counters_[store ? "stores_completed" : "retrieves_completed"];
+      (store ? tenant_of(client).stored_bytes : tenant_of(client).retrieved_bytes) += r.bytes;
       ok(client, p.request_id,
          {{"chunks", p.keys.size()}, {"bytes", r.bytes}, {"already_present", p.already_present}});
       return;
@@ -260,6 +274,7 @@ void CacheService::finish(const std::string& client, Session& session, const Tra
       state.unlock();
       session.quarantined = true;
       ++counters_["transfers_unprovable"];
+      tenant_of(client).quarantined_slots += p.keys.size();
       error(client, p.request_id, codes::kUnprovable, r.error);
       return;
   }
@@ -288,6 +303,9 @@ void CacheService::release_locks(const std::vector<ReadLock>& locks) {
 void CacheService::drop_gone_sessions() {
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     if (it->second.gone && it->second.pending.empty()) {
+      log_info("client session dropped", {{"client", client_label(it->first)},
+                                          {"tenant", tenant_of(it->first).name},
+                                          {"quarantined", it->second.quarantined ? "1" : "0"}});
       destroy_session(it->second);
       it = sessions_.erase(it);
       ++counters_["sessions_dropped"];
@@ -323,8 +341,64 @@ void CacheService::error(const std::string& client, uint64_t id, std::string_vie
   send(client, Reply::error(id, code, msg));
 }
 
+TenantCounters& CacheService::tenant_of(const std::string& /*client*/) {
+  return default_tenant_;  // clients admitted by key map to their key's tenant here
+}
+
+void CacheService::account(const std::string& client, const Reply& reply) {
+  if (reply.ok || !reply.event.empty()) return;
+  TenantCounters& tenant = tenant_of(client);
+  tenant.reject(reply.code);
+  const bool server_side = reply.code == codes::kInternal || reply.code == codes::kTransferFailed ||
+                           reply.code == codes::kUnprovable;
+  const LogLevel level = server_side ? LogLevel::kError : LogLevel::kDebug;
+  if (!log_enabled(level)) return;
+  log(level, "request failed: " + reply.code + ": " + reply.message,
+      {{"client", client_label(client)},
+       {"tenant", tenant.name},
+       {"request", std::to_string(reply.id)},
+       {"code", reply.code}});
+}
+
+void CacheService::add_metrics(PrometheusText& out) const {
+  const std::vector<const TenantCounters*> tenants = tenants_.tenants();
+  visit_counters(*tenants.front(), [&](std::string_view name, uint64_t, CounterKind kind) {
+    const std::string family = "kvtier_tenant_" + std::string(name) + "_total";
+    out.family(family, kind, "Per tenant: " + std::string(name) + " (docs/operations.md).");
+    for (const TenantCounters* t : tenants) {
+      visit_counters(*t, [&](std::string_view n, uint64_t value, CounterKind) {
+        if (n == name) out.sample(family, {{"tenant", t->name}}, value);
+      });
+    }
+  });
+  out.family("kvtier_tenant_rejected_requests_total", "counter",
+             "Per tenant: error replies, by their code (docs/protocol.md).");
+  for (const TenantCounters* t : tenants) {
+    for (const auto& [code, n] : t->rejections()) {
+      out.sample("kvtier_tenant_rejected_requests_total", {{"tenant", t->name}, {"code", code}}, n);
+    }
+  }
+  CacheCounters cache;
+  {
+    std::lock_guard state(state_mu_);
+    cache = cache_.counters();
+  }
+  visit_counters(cache, [&](std::string_view name, uint64_t value, CounterKind kind) {
+    const std::string family =
+        "kvtier_cache_" + std::string(name) + (kind == CounterKind::kCounter ? "_total" : "");
+    out.family(family, kind, "The host pool's " + std::string(name) + ".");
+    out.sample(family, value);
+  });
+  const std::vector<std::string> down = degraded_tiers();
+  out.family("kvtier_tier_down", "gauge",
+             "1 for each lower tier (or part of one) that is DOWN (H7); none while all are UP.");
+  for (const std::string& tier : down)
+    out.sample("kvtier_tier_down", {{"tier", tier}}, uint64_t{1});
+}
+
 void CacheService::send(const std::string& client, const Reply& reply) {
   if (!reply.ok) ++counters_["error_replies"];
+  account(client, reply);
   if (held_replies_) {
     held_replies_->emplace_back(client, reply);
   } else {

@@ -45,6 +45,7 @@
 #include "kvtier/cache/host_pool.h"
 #include "kvtier/cache/tier_mover.h"
 #include "kvtier/core/counter_kind.h"
+#include "kvtier/core/prometheus_text.h"
 #include "kvtier/device/fault_injecting_device.h"
 #include "kvtier/device/host_device.h"
 #include "kvtier/server/protocol.h"
@@ -52,6 +53,7 @@
 #include "kvtier/transfer/transfer_engine.h"
 #include "read_locks.h"
 #include "shared_kv_memory.h"
+#include "tenant_metrics.h"
 
 namespace kvtier::server {
 
@@ -64,6 +66,17 @@ struct LoopCounters {
   std::atomic<uint64_t> clients_reaped{0};
   std::atomic<uint64_t> batch_frames{0};  // frames holding a batch of requests
 };
+
+template <class F>
+void visit_counters(const LoopCounters& c, F&& f) {
+  using enum CounterKind;
+  f("requests", c.requests.load(), kCounter);
+  f("pings", c.pings.load(), kCounter);
+  f("rejected_frames", c.rejected_frames.load(), kCounter);
+  f("limit_rejections", c.limit_rejections.load(), kCounter);
+  f("clients_reaped", c.clients_reaped.load(), kCounter);
+  f("batch_frames", c.batch_frames.load(), kCounter);
+}
 
 // The tiers config.tiers asks for (none when neither disk_path nor redis_url is set), each with
 // its call timeout. Errors name the field (tier_factory.h). Every kvtierd shares one key
@@ -79,6 +92,9 @@ void add_stats(std::map<std::string, uint64_t>& fields, std::string_view prefix,
     fields[std::string(prefix) + std::string(name)] = value;
   });
 }
+
+// A client's ZeroMQ routing id as logs name it: its bytes in hex.
+std::string client_label(std::string_view routing_id);
 
 // How many requests of one client were posted and not yet dispatched by the service thread.
 // The socket loop answers a LOOKUP itself only while this is 0, so that a client's requests
@@ -129,6 +145,20 @@ class CacheService {
   void begin_shutdown();
   // The lower tiers that are DOWN (H7), for PING replies. Thread-safe.
   std::vector<std::string> degraded_tiers() const;
+  // True once the service refuses new work (SHUTDOWN, a stop signal). Thread-safe.
+  bool draining() const { return draining_.load() || shutdown_requested_.load(); }
+
+  // The tenant `client` belongs to: the one place a client gets its tenant. Until clients are
+  // admitted by key, every client is in TenantMetrics::kDefaultTenant. Thread-safe.
+  TenantCounters& tenant_of(const std::string& client);
+  // Every reply to a client passes here (either thread): an error reply counts against the
+  // client's tenant by code, and is logged naming the client, tenant and request (at error for
+  // a server-side failure: internal, transfer_failed, unprovable; at debug otherwise, since a
+  // client's own mistakes must not flood the log).
+  void account(const std::string& client, const Reply& reply);
+  // kvtierd's /metrics families from the service: per tenant, the host pool's cache counters,
+  // the DOWN tiers. Thread-safe.
+  void add_metrics(PrometheusText& out) const;
 
  private:
   struct PendingTransfer {
@@ -211,12 +241,14 @@ class CacheService {
   std::atomic<uint64_t> fast_lookups_{0};
   std::atomic<uint64_t> fast_errors_{0};
   std::atomic<uint64_t> fast_raised_{0};
+  TenantMetrics tenants_;
+  TenantCounters& default_tenant_ = tenants_.tenant(TenantMetrics::kDefaultTenant);
 
   std::mutex mu_;  // guards the inbox
   std::condition_variable wake_;
   std::deque<Envelope> inbox_;
   std::vector<std::string> gone_inbox_;
-  bool shutdown_requested_ = false;
+  std::atomic<bool> shutdown_requested_ = false;  // written under mu_
   bool stop_ = false;
   std::thread thread_;
 };

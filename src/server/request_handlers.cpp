@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "cache_service.h"
+#include "kvtier/core/log.h"
 
 namespace kvtier::server {
 namespace {
@@ -121,6 +122,9 @@ void CacheService::handle_register(const std::string& client, const Request& r) 
     std::lock_guard state(state_mu_);
     registered_.insert(client);
   }
+  log_info("client registered", {{"client", client_label(client)},
+                                 {"tenant", tenant_of(client).name},
+                                 {"rank", std::to_string(r.rank)}});
   ok(client, r.id,
      {{"boot_id", boot_id_},
       {"slot_bytes", pool_.slot_bytes()},
@@ -142,6 +146,8 @@ void CacheService::handle_unregister(const std::string& client, const Request& r
   }
   destroy_session(*s);
   sessions_.erase(client);
+  log_info("client unregistered",
+           {{"client", client_label(client)}, {"tenant", tenant_of(client).name}});
   ok(client, r.id);
 }
 
@@ -220,6 +226,10 @@ LookupAnswer CacheService::lookup_locked(const std::string& client, const Reques
     lock_id = locks_.add(ReadLock{
         .client = client, .keys = std::move(keys), .expires = SteadyClock::instance().now() + ttl});
   }
+  TenantCounters& tenant = tenant_of(client);
+  ++tenant.lookups;
+  tenant.hit_chunks += found.hit_chunks;
+  tenant.missed_chunks += r.keys.size() - found.hit_chunks;
   return LookupAnswer{.hits = found.hit_chunks, .pending = found.pending, .lock = lock_id};
 }
 
@@ -279,6 +289,7 @@ void CacheService::handle_transfer(const std::string& client, const Request& r) 
     // Write-behind under on_evict: the evicted chunks are copied out before this store's
     // copies rewrite their slots (a no-op without tiers or under on_store).
     if (mover_) mover_->demote_evicted(*plan);
+    tenant_of(client).evicted_chunks += plan->evicted.size();
     pending.direction = Direction::kStore;
     pending.keys = plan->keys;
     pending.already_present = r.keys.size() - plan->keys.size();
@@ -376,6 +387,11 @@ void CacheService::handle_stats(const std::string& client, const Request& r) {
   const auto session = sessions_.find(client);
   f["client_transfers_in_flight"] = session == sessions_.end() ? 0 : session->second.pending.size();
   add_tier_stats(f);
+  // Per tenant "tenant.<name>.<counter>" and "tenant.<name>.rejected.<code>" (error replies).
+  for (const TenantCounters* t : tenants_.tenants()) {
+    add_stats(f, "tenant." + t->name + ".", *t);
+    for (const auto& [code, n] : t->rejections()) f["tenant." + t->name + ".rejected." + code] = n;
+  }
   ok(client, r.id, f);
 }
 

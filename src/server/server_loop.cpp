@@ -8,11 +8,13 @@
 #include <chrono>
 #include <csignal>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
 #include "cache_service.h"
+#include "kvtier/core/log.h"
 #include "kvtier/server/server.h"
 
 namespace kvtier::server {
@@ -49,6 +51,8 @@ void send_to(zmq::socket_t& router, const std::string& client, const std::string
   }
 }
 
+}  // namespace
+
 // One run of kvtierd's socket loop: setup() acquires everything it serves with; then, each
 // turn, wait() for traffic, pump() it (admit() each request, forward each reply) and reap()
 // the clients that went silent; farewell() once the cache service drained.
@@ -78,6 +82,9 @@ class SocketLoop {
   bool drained() const { return drained_; }
   // After the drain: the "shutdown" event to every known client.
   void farewell();
+  // Thread-safe (the metrics endpoint): Server::health() and metrics_text() while it runs.
+  ServerHealth health() const;
+  void add_metrics(PrometheusText& out) const;
 
  private:
   SocketLoop(const ServerOptions& options, uint64_t boot_id);
@@ -85,11 +92,15 @@ class SocketLoop {
   // One frame: a request or a batch of them (each as if in its own frame); the replies given at
   // once go back in one frame (an array for a batch).
   void admit(const std::string& client, std::vector<zmq::message_t>& parts);
-  // The replies one frame's requests got at once, encoded one after the other.
+  // The replies one frame's requests got at once, encoded one after the other; each error reply
+  // is accounted to the client (CacheService::account).
   struct Answers {
+    CacheService& service;
+    const std::string& client;
     std::string body;
     size_t count = 0;
     void add(const Reply& reply) {
+      service.account(client, reply);
       append_reply(body, reply);
       ++count;
     }
@@ -102,6 +113,7 @@ class SocketLoop {
   // One reply from the service: the empty routing id marks the drain.
   void forward(std::vector<zmq::message_t>& parts);
   void answer(const std::string& client, const Reply& reply) {
+    service_->account(client, reply);
     send_to(router_, client, encode_reply(reply));
   }
   // The service thread's end of the reply channel, created on that thread.
@@ -124,6 +136,9 @@ class SocketLoop {
   std::unique_ptr<zmq::socket_t> push_;  // used on the service thread only
   std::unique_ptr<CacheService> service_;
   std::map<std::string, Peer> peers_;
+  std::atomic<size_t> peer_count_{0};  // peers_.size(), for metrics
+  // When wait() last returned (SteadyClock ns): /health says "stalled" once it is too old.
+  std::atomic<int64_t> last_turn_ns_{SteadyClock::instance().now().time_since_epoch().count()};
   bool drained_ = false;
 };
 
@@ -210,6 +225,7 @@ void SocketLoop::wait() {
     // A stop signal interrupted the poll: Server::run() sees stop_requested_ next and drains.
     if (e.num() != EINTR) throw;
   }
+  last_turn_ns_ = SteadyClock::instance().now().time_since_epoch().count();
 }
 
 void SocketLoop::pump() {
@@ -229,6 +245,7 @@ void SocketLoop::pump() {
 
 void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& parts) {
   Peer& peer = peers_[client];
+  peer_count_ = peers_.size();
   peer.last_seen = SteadyClock::instance().now();
   if (parts.size() != 2) {
     ++counters_.requests;
@@ -239,7 +256,7 @@ void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& p
     return;
   }
   const std::span<const std::byte> frame = as_bytes(parts[1].to_string_view());
-  Answers now;
+  Answers now{*service_, client};
   if (!is_batch_frame(frame)) {
     uint64_t id = 0;
     auto request = decode_request(frame, limits_, &id);
@@ -327,12 +344,43 @@ void SocketLoop::reap(TimePoint now) {
   for (auto it = peers_.begin(); it != peers_.end();) {
     if (now - it->second.last_seen > client_timeout_) {
       ++counters_.clients_reaped;
+      log_info(
+          "client silent past server.client_timeout_s: gone",
+          {{"client", client_label(it->first)}, {"tenant", service_->tenant_of(it->first).name}});
       service_->client_gone(it->first);
       it = peers_.erase(it);
+      peer_count_ = peers_.size();
     } else {
       ++it;
     }
   }
+}
+
+ServerHealth SocketLoop::health() const {
+  ServerHealth h;
+  const Duration since_turn =
+      SteadyClock::instance().now().time_since_epoch() - Duration(last_turn_ns_.load());
+  if (service_->draining()) {
+    h.status = "shutting_down";
+  } else if (since_turn > Server::kStallAfter) {
+    h.status = "stalled";
+  } else {
+    h.degraded = service_->degraded_tiers();
+    h.http_status = 200;
+    h.status = h.degraded.empty() ? "ok" : "degraded";
+  }
+  return h;
+}
+
+void SocketLoop::add_metrics(PrometheusText& out) const {
+  out.family("kvtier_server_clients", "gauge", "Clients kvtierd knows (registered or not).");
+  out.sample("kvtier_server_clients", uint64_t{peer_count_.load()});
+  visit_counters(counters_, [&](std::string_view name, uint64_t value, CounterKind kind) {
+    const std::string family = "kvtier_server_" + std::string(name) + "_total";
+    out.family(family, kind, "The socket loop's " + std::string(name) + ".");
+    out.sample(family, value);
+  });
+  service_->add_metrics(out);
 }
 
 void SocketLoop::farewell() {
@@ -341,7 +389,27 @@ void SocketLoop::farewell() {
   for (const auto& [client, peer] : peers_) answer(client, event);
 }
 
-}  // namespace
+std::string ServerHealth::json() const {
+  nlohmann::json body = {{"status", status}};
+  if (!degraded.empty()) body["degraded"] = degraded;
+  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+ServerHealth Server::health() const {
+  std::lock_guard lock(live_mu_);
+  if (live_) return live_->health();
+  return ServerHealth{.status = stopped_ ? "stopped" : "starting"};
+}
+
+std::string Server::metrics_text() const {
+  PrometheusText out;
+  std::lock_guard lock(live_mu_);
+  const ServerHealth h = live_ ? live_->health() : ServerHealth{};
+  out.family("kvtier_server_healthy", "gauge", "1 while GET /health answers 200.");
+  out.sample("kvtier_server_healthy", uint64_t{h.http_status == 200 ? 1u : 0u});
+  if (live_) live_->add_metrics(out);
+  return out.text();
+}
 
 Server::Server(ServerOptions options) : options_(std::move(options)), boot_id_(random_boot_id()) {}
 Server::~Server() = default;
@@ -359,6 +427,19 @@ Status Server::run() {
   auto loop = SocketLoop::setup(options_, boot_id_);
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (!loop) return std::unexpected(loop.error());
+  {
+    std::lock_guard lock(live_mu_);
+    live_ = loop->get();
+  }
+  // Cleared before the loop is destroyed, however run() ends.
+  struct Unpublish {
+    Server& server;
+    ~Unpublish() {
+      std::lock_guard lock(server.live_mu_);
+      server.live_ = nullptr;
+      server.stopped_ = true;
+    }
+  } unpublish{*this};
   bool shutdown_begun = false;
   while (!(*loop)->drained()) {
     (*loop)->wait();

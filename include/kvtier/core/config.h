@@ -153,8 +153,18 @@ struct ServerConfig {
   uint32_t max_locks = 4096;             // read-locked keys per client
   double lock_ttl_s = 10.0;              // longest life of a LOOKUP read lock
   uint64_t max_frame_bytes = uint64_t{1} << 20;
+  uint32_t metrics_port = 0;               // HTTP /metrics and /health; 0: none
+  std::string metrics_host = "127.0.0.1";  // address the metrics port listens on
 
   bool operator==(const ServerConfig&) const = default;
+};
+
+// What every kvtier process logs (kvtierd and each process of `kvtier serve`), see log.h.
+struct LogConfig {
+  std::string level = "info";   // trace, debug, info, warning, error, off
+  std::string format = "text";  // text, or json (one object per line)
+
+  bool operator==(const LogConfig&) const = default;
 };
 
 // The single KV-cache group the foundation uses.
@@ -180,6 +190,7 @@ struct Config {
   EngineConfig engine;
   FaultsConfig faults;
   ServerConfig server;
+  LogConfig log;
 
   // Every field within its rule and the layout valid; for configurations built in code (a
   // loaded one has passed already). The message names the field.

@@ -16,8 +16,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "kvtier/core/clock.h"
 #include "kvtier/core/config.h"
 #include "kvtier/core/status.h"
 
@@ -30,6 +33,21 @@ struct ServerOptions {
   // service thread rather than the socket loop).
   bool test_hooks = false;
 };
+
+// What kvtierd's GET /health answers: 200 while it serves requests ("ok", or "degraded" with
+// the DOWN lower tiers named; H7: a DOWN tier fails no request), 503 while it does not
+// ("starting", "shutting_down", "stopped", or "stalled": the socket loop has not turned for
+// kStallAfter).
+struct ServerHealth {
+  int http_status = 503;
+  std::string status = "starting";
+  std::vector<std::string> degraded;  // DOWN tiers, and DOWN parts of DEGRADED ones
+
+  // {"status": …, "degraded": […]} ("degraded" only when not empty).
+  std::string json() const;
+};
+
+class SocketLoop;
 
 class Server {
  public:
@@ -47,10 +65,23 @@ class Server {
 
   uint64_t boot_id() const { return boot_id_; }
 
+  // Thread-safe, at any time (before run(), during, after): what /health and /metrics answer.
+  ServerHealth health() const;
+  // Prometheus text (docs/operations.md): per-tenant counters, the socket loop's and the host
+  // pool's counters, the DOWN tiers, kvtier_server_healthy. Before run() and after it returned,
+  // only kvtier_server_healthy (0).
+  std::string metrics_text() const;
+
+  static constexpr std::chrono::seconds kStallAfter{5};
+
  private:
   ServerOptions options_;
   uint64_t boot_id_;
   std::atomic<bool> stop_requested_{false};
+  // The running loop, for health() and metrics_text(); set and cleared by run() under live_mu_.
+  mutable std::mutex live_mu_;
+  SocketLoop* live_ = nullptr;
+  bool stopped_ = false;
 };
 
 }  // namespace kvtier::server

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvtier/core/child_process.h"
+#include "kvtier/core/log.h"
 #include "kvtier/core/stop_signals.h"
 #include "kvtier/engine/engine_scheduler.h"
 #include "kvtier/engine/engine_shape.h"
@@ -76,7 +77,7 @@ class EngineCore {
       }
       while (auto msg = try_receive(frontend_, false)) {
         if (!*msg) {
-          std::cerr << "engine-core " << core_ << ": " << msg->error().message << "\n";
+          log_warning(msg->error().message);
           continue;
         }
         if ((*msg)->body["t"] == "shutdown") return stop(0);
@@ -203,7 +204,7 @@ class EngineCore {
         scheduler_.abort(body.at("id").get<std::string>());
       }
     } catch (const std::exception& e) {
-      std::cerr << "engine-core " << core_ << ": bad " << type << " message: " << e.what() << "\n";
+      log_warning("bad " + type + " message: " + e.what());
     }
   }
 
@@ -274,7 +275,7 @@ class EngineCore {
 
   // H2: the failure is reported first; then requests end (H5) and the workers stop.
   int fail(const std::string& reason) {
-    std::cerr << "engine-core " << core_ << ": failed: " << reason << "\n";
+    log_error("failed: " + reason);
     send_failed(reason);
     for (const RequestUpdate& u :
          scheduler_.fail_all("engine core " + std::to_string(core_) + " failed: " + reason)) {
@@ -333,7 +334,7 @@ int run_engine_core(const Config& config, uint32_t core, const std::string& run_
     EngineCore engine(config, core, run_dir, config_path, stop_requested);
     return engine.run();
   } catch (const std::exception& e) {
-    std::cerr << "engine-core " << core << ": fatal: " << e.what() << "\n";
+    log_error(std::string("fatal: ") + e.what(), {{"core", std::to_string(core)}});
     return 1;
   }
 }

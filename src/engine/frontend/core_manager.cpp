@@ -12,6 +12,7 @@
 #include <zmq.hpp>
 
 #include "kvtier/core/child_process.h"
+#include "kvtier/core/log.h"
 #include "kvtier/engine/wire.h"
 
 namespace kvtier {
@@ -124,7 +125,7 @@ struct CoreManager::Impl {
   // Mutex held. H2: the first failure stays; its requests end at once.
   void record_failure(uint32_t core, CoreFailure kind, const std::string& reason) {
     if (!health.fail(core, kind, reason)) return;
-    std::cerr << "kvtier frontend: " << reason << "\n";
+    log_error(reason, {{"core", std::to_string(core)}});
     end_requests_of(core, reason);
   }
 
@@ -201,8 +202,8 @@ struct CoreManager::Impl {
                      "engine core " + std::to_string(core) +
                          " failed: " + body.value("reason", std::string("no reason given")));
     } else {
-      std::cerr << "kvtier frontend: ignored message '" << type << "' from engine core " << core
-                << "\n";
+      log_warning("ignored message '" + type + "' from engine core " + std::to_string(core),
+                  {{"core", std::to_string(core)}});
     }
   }
 
@@ -212,21 +213,22 @@ struct CoreManager::Impl {
       auto received = try_receive(socket, true);
       if (!received) return;
       if (!*received) {
-        std::cerr << "kvtier frontend: " << received->error().message << "\n";
+        log_warning(received->error().message);
         continue;
       }
       const Envelope& envelope = **received;
       const auto core = core_of_peer(envelope.peer, options.engine_cores);
       if (!core) {
-        std::cerr << "kvtier frontend: message from unknown peer '" << envelope.peer << "'\n";
+        log_warning("message from unknown peer '" + envelope.peer + "'");
         continue;
       }
       std::lock_guard lock(mutex);
       try {
         handle(*core, envelope.body);
       } catch (const nlohmann::json::exception& e) {
-        std::cerr << "kvtier frontend: malformed '" << envelope.body["t"].get<std::string>()
-                  << "' from engine core " << *core << ": " << e.what() << "\n";
+        log_warning("malformed '" + envelope.body["t"].get<std::string>() + "' from engine core " +
+                        std::to_string(*core) + ": " + e.what(),
+                    {{"core", std::to_string(*core)}});
       }
     }
   }
@@ -266,7 +268,7 @@ struct CoreManager::Impl {
     std::lock_guard lock(mutex);
     for (uint32_t n : health.check_stalls(clock.now())) {
       const std::string reason = health.core(n).failure_reason;
-      std::cerr << "kvtier frontend: " << reason << "\n";
+      log_error(reason, {{"core", std::to_string(n)}});
       end_requests_of(n, reason);
     }
   }

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "kvtier/core/child_process.h"
+#include "kvtier/core/log.h"
 #include "kvtier/core/stop_signals.h"
 #include "kvtier/engine/core_manager.h"
 #include "kvtier/engine/frontend_server.h"
@@ -45,7 +46,7 @@ int run_frontend(const Config& config, const std::filesystem::path& run_dir, std
   auto manager =
       CoreManager::start(CoreManagerOptions::from_config(config, run_dir, self_executable()));
   if (!manager) {
-    std::cerr << "kvtier frontend: " << manager.error().message << "\n";
+    log_error(manager.error().message);
     std::error_code ignored;
     std::filesystem::remove_all(run_dir, ignored);
     return 1;
@@ -53,7 +54,7 @@ int run_frontend(const Config& config, const std::filesystem::path& run_dir, std
   FrontendServer server(**manager, config);
   const Result<int> port = server.bind();
   if (!port) {
-    std::cerr << "kvtier frontend: " << port.error().message << "\n";
+    log_error(port.error().message);
     (*manager)->shutdown();
     return 1;
   }

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "client_connection.h"
+#include "kvtier/core/log.h"
 #include "kvtier/engine/byte_vocab.h"
 #include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/openai_request.h"
@@ -135,7 +136,7 @@ struct FrontendServer::Impl {
       complete(req, res, true);
     });
     http.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+        [](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
           std::string what = "internal error";
           try {
             std::rethrow_exception(error);
@@ -143,7 +144,9 @@ struct FrontendServer::Impl {
             what = e.what();
           } catch (...) {
           }
-          std::cerr << "kvtier frontend: request failed: " << what << "\n";
+          log_error("request failed: " + what,
+                    {{"client", req.remote_addr + ":" + std::to_string(req.remote_port)},
+                     {"request", req.method + " " + req.path}});
           reply_json(res, 500, engine_error(500, what, "internal_error").body());
         });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

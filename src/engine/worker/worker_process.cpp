@@ -13,6 +13,7 @@
 
 #include "kvtier/connector/connector_factory.h"
 #include "kvtier/connector/worker_connector.h"
+#include "kvtier/core/log.h"
 #include "kvtier/core/stop_signals.h"
 #include "kvtier/device/fault_injecting_device.h"
 #include "kvtier/device/host_device.h"
@@ -80,7 +81,7 @@ class Worker {
       auto msg = try_receive(socket_, false);
       if (!msg) continue;
       if (!*msg) {
-        std::cerr << "worker " << rank_ << ": " << msg->error().message << "\n";
+        log_warning(msg->error().message);
         continue;
       }
       const std::string type = (*msg)->body["t"];
@@ -91,7 +92,7 @@ class Worker {
       } catch (const std::exception& e) {
         // Tell the engine core why, then leave without unwinding: copies may still touch this
         // rank's memory.
-        std::cerr << "worker " << rank_ << ": fatal: " << e.what() << "\n";
+        log_error(std::string("fatal: ") + e.what());
         send_message(socket_, {{"t", "fatal"}, {"rank", rank_}, {"message", e.what()}});
         socket_.set(zmq::sockopt::linger, 1000);
         socket_.close();
@@ -197,7 +198,8 @@ int run_worker(const Config& config, uint32_t core, uint32_t rank, const std::st
     return worker->run();
   } catch (const std::exception& e) {
     // Setup failed; the engine core sees this process exit and reports it.
-    std::cerr << "worker " << core << "/" << rank << ": fatal: " << e.what() << "\n";
+    log_error(std::string("fatal: ") + e.what(),
+              {{"core", std::to_string(core)}, {"rank", std::to_string(rank)}});
     std::_Exit(1);
   }
 }

@@ -17,6 +17,7 @@
 
 #include "aligned_buffer.h"
 #include "io_engine.h"
+#include "kvtier/core/log.h"
 #include "segment_record.h"
 
 namespace kvtier {
@@ -146,7 +147,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options)
       ", xxh3 " + std::string(chunk_checksum_kernel());
   for (const std::string& note : notes) {
     tier->io_description_ += "; " + note;
-    std::fprintf(stderr, "kvtier: disk tier %s: %s\n", options.directory.c_str(), note.c_str());
+    log_warning("disk tier " + options.directory.string() + ": " + note);
   }
   tier->remove_legacy_files();
   if (Status ok = tier->rebuild_index(); !ok) return std::unexpected(ok.error());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "io_pool.h"
+#include "kvtier/core/log.h"
 
 namespace kvtier::tier_internal {
 namespace {
@@ -172,7 +173,7 @@ class Ring {
         if (wait == 0) return;
         continue;
       }
-      std::fprintf(stderr, "kvtier disk tier: io_uring_enter failed: %s\n", std::strerror(-ret));
+      log_error(std::string("disk tier: io_uring_enter failed: ") + std::strerror(-ret));
       std::abort();
     }
   }

@@ -281,8 +281,19 @@ def test_stats_has_exactly_the_documented_fields(registered):
     missing = documented - set(stats)
     assert not missing, f"documented but not sent: {sorted(missing)}"
     envelope = {"v", "id", "ok"}  # every reply carries them
-    undocumented = {k for k in stats if k not in documented | envelope and not k.startswith("op_")}
+    undocumented = {k for k in stats if k not in documented | envelope
+                    and not k.startswith("op_") and not k.startswith("tenant.")}
     assert not undocumented, f"sent but not in docs/protocol.md: {sorted(undocumented)}"
+    # Per tenant (every client is in "default"): the documented counters, and the error
+    # replies by code once one was sent.
+    doc = open(os.path.join(os.path.dirname(__file__), "../../../docs/protocol.md")).read()
+    start = doc.index("Per tenant (every client")
+    counters = set(re.findall(r"`(?:tenant\.<name>)?\.([a-z_]+)`",
+                              doc[start:doc.index("rejected.<code>", start)]))
+    assert len(counters) == 7, counters
+    sent = {k[len("tenant.default."):] for k in stats if k.startswith("tenant.")}
+    assert {k for k in sent if not k.startswith("rejected.")} == counters
+    assert all(re.fullmatch(r"rejected\.[a-z_]+", k) for k in sent - counters), sent
     for field in documented:
         assert isinstance(stats[field], int) and stats[field] >= 0, field
     assert stats["tiers"] == 0 and stats["tiers_degraded"] == 0

@@ -1,0 +1,55 @@
+#include "metrics_http.h"
+
+#include <httplib.h>
+
+#include <thread>
+
+namespace kvtier::server {
+
+struct MetricsHttp::Impl {
+  const Server& server;
+  httplib::Server http;
+  std::thread thread;
+
+  explicit Impl(const Server& s) : server(s) {
+    http.new_task_queue = [] { return new httplib::ThreadPool(2); };
+    http.set_read_timeout(std::chrono::seconds(5));
+    http.set_write_timeout(std::chrono::seconds(5));
+    http.set_keep_alive_timeout(2);  // stop() waits for idle keep-alive connections this long
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      const ServerHealth health = server.health();
+      res.status = health.http_status;
+      res.set_content(health.json(), "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(server.metrics_text(), "text/plain; version=0.0.4");
+    });
+  }
+};
+
+MetricsHttp::MetricsHttp(const Server& server) : impl_(std::make_unique<Impl>(server)) {}
+
+MetricsHttp::~MetricsHttp() {
+  stop();
+}
+
+Result<int> MetricsHttp::start(const std::string& host, int port) {
+  const int bound = port == 0                              ? impl_->http.bind_to_any_port(host)
+                    : impl_->http.bind_to_port(host, port) ? port
+                                                           : -1;
+  if (bound < 0) {
+    return make_error(ErrorCode::kUnavailable, "cannot bind the metrics port " + host + ":" +
+                                                   std::to_string(port) +
+                                                   " (server.metrics_host / server.metrics_port)");
+  }
+  impl_->thread = std::thread([this] { impl_->http.listen_after_bind(); });
+  return bound;
+}
+
+void MetricsHttp::stop() {
+  if (!impl_->thread.joinable()) return;
+  impl_->http.stop();
+  impl_->thread.join();
+}
+
+}  // namespace kvtier::server
