@@ -351,13 +351,13 @@ class Epoch {
       }
       metrics = poller.metrics();
     }
-    // Device faults the connector saw fail a transfer job (in local mode nothing else fails one).
-    if (!server_) {
-      tally_.fault(
-          "device_fault_store_job",
-          static_cast<uint64_t>(metric_sum(metrics, "kvtier_core_kvtier_stores_failed_total")));
-      tally_.fault("device_fault_load_job", static_cast<uint64_t>(metric_sum(
-                                                metrics, "kvtier_core_kvtier_loads_failed_total")));
+    // Device faults the workers' injectors drew, as of the last heartbeat the poller saw (a
+    // worker's copies that faulted after it, or in a killed instance, go uncounted).
+    for (const char* kind : {"submit_failures", "latched_errors", "record_failures", "hangs",
+                             "delays", "non_device_errors"}) {
+      const auto n = static_cast<uint64_t>(
+          metric_sum(metrics, std::string("kvtier_core_fault_injector_") + kind + "_total"));
+      if (n > 0) tally_.fault(std::string("device_") + kind, n);
     }
     return nlohmann::ordered_json{{"faults", tally_.total_faults() - faults_before},
                                   {"requests_completed", completed},

@@ -49,6 +49,11 @@ TEST(EngineCore, InjectedLoadAndStoreFaultsLeaveOutputsIdentical) {
   const RunResult run = shared_prefix_run(faulty);
   EXPECT_EQ(run.outputs, clean.outputs);
   EXPECT_GT(run.counters.value("kvtier_stores_failed_total", 0), 0) << run.counters.dump();
+  // The workers' injectors report what they drew (the chaos bench counts faults by them).
+  EXPECT_GT(run.counters.value("fault_injector_copy_calls_total", 0), 0) << run.counters.dump();
+  EXPECT_GT(run.counters.value("fault_injector_submit_failures_total", 0), 0);
+  EXPECT_GT(run.counters.value("fault_injector_delays_total", 0), 0);
+  EXPECT_FALSE(clean.counters.contains("fault_injector_copy_calls_total"));
 }
 
 }  // namespace

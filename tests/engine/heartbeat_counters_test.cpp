@@ -1,6 +1,7 @@
 // The counters an engine core's heartbeat carries: every field of the engine's, the connector's
 // and the host cache's counters, under the names /metrics has always shown, each with its kind.
 #include "kvtier/engine/heartbeat_counters.h"
+#include "kvtier/engine/step_messages.h"
 
 #include <gtest/gtest.h>
 
@@ -78,6 +79,32 @@ TEST(HeartbeatCounters, WithoutConnectorOrHostCacheOnlyTheEngines) {
   EXPECT_TRUE(hb.values.contains("steps_total"));
   EXPECT_FALSE(hb.values.contains("kvtier_jobs_in_flight"));
   EXPECT_FALSE(hb.values.contains("kvtier_host_slots_ready"));
+}
+
+TEST(HeartbeatCounters, InjectedFaultsAreNamedAfterFaultInjector) {
+  InjectedFaultCounts faults{.copy_calls = 7, .submit_failures = 2, .delays = 3};
+  const HeartbeatCounters hb = heartbeat_counters(EngineCounters{}, std::nullopt, std::nullopt,
+                                                  std::nullopt, faults);
+  EXPECT_EQ(hb.values.size(), expect_visits_every_field<EngineCounters>().size() +
+                                  expect_visits_every_field<InjectedFaultCounts>().size());
+  EXPECT_EQ(hb.values["fault_injector_copy_calls_total"], 7);
+  EXPECT_EQ(hb.values["fault_injector_submit_failures_total"], 2);
+  EXPECT_EQ(hb.values["fault_injector_delays_total"], 3);
+  EXPECT_EQ(hb.kinds["fault_injector_delays_total"], "counter");
+}
+
+TEST(InjectedFaultCounts, DoneMessageFieldRoundTripsAndSums) {
+  InjectedFaultCounts a{.copy_calls = 5, .latched_errors = 1, .hangs = 2};
+  EXPECT_EQ(to_json(a).size(), expect_visits_every_field<InjectedFaultCounts>().size());
+  InjectedFaultCounts b = injected_fault_counts_from_json(to_json(a));
+  b += a;
+  EXPECT_EQ(b.copy_calls, 10u);
+  EXPECT_EQ(b.latched_errors, 2u);
+  EXPECT_EQ(b.hangs, 4u);
+  EXPECT_EQ(b.delays, 0u);
+  nlohmann::json negative = to_json(a);
+  negative["delays"] = -1;
+  EXPECT_THROW(injected_fault_counts_from_json(negative), nlohmann::json::exception);
 }
 
 }  // namespace

@@ -9,11 +9,13 @@
 // Thread-safe. The destructor releases hung copies so the inner device can drain.
 #pragma once
 
+#include <concepts>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "kvtier/core/counter_kind.h"
 #include "kvtier/device/device.h"
 #include "kvtier/device/fault_plan.h"
 
@@ -30,7 +32,25 @@ struct InjectedFaultCounts {
   uint64_t hangs = 0;
   uint64_t delays = 0;
   uint64_t non_device_errors = 0;
+
+  InjectedFaultCounts& operator+=(const InjectedFaultCounts& o);
 };
+
+// f(name, value, kind) for every field (counter_kind.h); all are counters. With a non-const
+// `c`, f gets each field by reference (as a decoder fills them in).
+template <class Counts, class F>
+  requires std::same_as<std::remove_const_t<Counts>, InjectedFaultCounts>
+void visit_counters(Counts& c, F&& f) {
+  using enum CounterKind;
+  f("copy_calls", c.copy_calls, kCounter);
+  f("submit_failures", c.submit_failures, kCounter);
+  f("latched_errors", c.latched_errors, kCounter);
+  f("query_faults", c.query_faults, kCounter);
+  f("record_failures", c.record_failures, kCounter);
+  f("hangs", c.hangs, kCounter);
+  f("delays", c.delays, kCounter);
+  f("non_device_errors", c.non_device_errors, kCounter);
+}
 
 class FaultInjectingDevice final : public Device {
  public:

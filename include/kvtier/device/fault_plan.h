@@ -73,5 +73,7 @@ class FaultPlan {
 // every rate is 0, else seeded random draws (seed * 1000 + rank, so ranks draw differently but
 // reproducibly), restricted to the section's direction.
 FaultPlan fault_plan_from_config(const FaultsConfig& faults, uint32_t rank);
+// Whether `faults` draws any device fault (a rate above 0); without, the plan injects nothing.
+bool injects_device_faults(const FaultsConfig& faults);
 
 }  // namespace kvtier

@@ -29,6 +29,18 @@ void FaultInjectingDevice::release_hangs() {
   for (auto& g : gates) g->open();
 }
 
+InjectedFaultCounts& InjectedFaultCounts::operator+=(const InjectedFaultCounts& o) {
+  copy_calls += o.copy_calls;
+  submit_failures += o.submit_failures;
+  latched_errors += o.latched_errors;
+  query_faults += o.query_faults;
+  record_failures += o.record_failures;
+  hangs += o.hangs;
+  delays += o.delays;
+  non_device_errors += o.non_device_errors;
+  return *this;
+}
+
 InjectedFaultCounts FaultInjectingDevice::counts() const {
   std::lock_guard lock(mu_);
   return counts_;

@@ -55,11 +55,13 @@ std::optional<CopyKind> only_kind(FaultDirection direction) {
 
 }  // namespace
 
+bool injects_device_faults(const FaultsConfig& f) {
+  return f.submit_failure_rate > 0 || f.latched_error_rate > 0 || f.delay_rate > 0 ||
+         f.record_failure_rate > 0;
+}
+
 FaultPlan fault_plan_from_config(const FaultsConfig& f, uint32_t rank) {
-  if (f.submit_failure_rate == 0 && f.latched_error_rate == 0 && f.delay_rate == 0 &&
-      f.record_failure_rate == 0) {
-    return FaultPlan{};
-  }
+  if (!injects_device_faults(f)) return FaultPlan{};
   return FaultPlan::random(uint64_t{f.seed} * 1000 + rank,
                            RandomFaultRates{.submit_failure = f.submit_failure_rate,
                                             .latched_error = f.latched_error_rate,

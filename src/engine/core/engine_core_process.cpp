@@ -107,6 +107,7 @@ class EngineCore {
     bool done = false;
     std::vector<TokenId> tokens;
     std::optional<WorkerOutput> output;
+    std::optional<InjectedFaultCounts> faults;  // as of its last done message, with fault injection
   };
 
   std::string worker_name(uint32_t rank) const {
@@ -184,6 +185,8 @@ class EngineCore {
       if (msg.body.at("step").get<uint64_t>() != step_) return std::nullopt;
       w.tokens = msg.body.at("tokens").get<std::vector<TokenId>>();
       w.output = worker_output_from_json(msg.body.at("output"));
+      if (msg.body.contains("faults"))
+        w.faults = injected_fault_counts_from_json(msg.body.at("faults"));
     } catch (const std::exception& e) {
       return worker_name(*rank) + " sent a malformed result: " + e.what();
     }
@@ -259,9 +262,12 @@ class EngineCore {
   }
 
   void send_heartbeat() {
+    std::optional<InjectedFaultCounts> faults;
+    for (const Worker& w : workers_)
+      if (w.faults) (faults ? *faults : faults.emplace()) += *w.faults;
     HeartbeatCounters c =
         heartbeat_counters(scheduler_.counters(), scheduler_.connector_counters(),
-                           scheduler_.cache_counters(), scheduler_.tier_counters());
+                           scheduler_.cache_counters(), scheduler_.tier_counters(), faults);
     send_message(frontend_, {{"t", "hb"},
                              {"core", core_},
                              {"degraded", scheduler_.degraded()},

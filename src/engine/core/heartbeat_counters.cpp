@@ -21,7 +21,8 @@ auto add_to(HeartbeatCounters& out, std::string_view prefix) {
 HeartbeatCounters heartbeat_counters(const EngineCounters& engine,
                                      const std::optional<ConnectorCounters>& connector,
                                      const std::optional<CacheCounters>& cache,
-                                     const std::optional<TierReport>& tiers) {
+                                     const std::optional<TierReport>& tiers,
+                                     const std::optional<InjectedFaultCounts>& faults) {
   HeartbeatCounters out;
   visit_counters(engine, add_to(out, ""));
   if (connector) visit_counters(*connector, add_to(out, "kvtier_"));
@@ -40,6 +41,7 @@ HeartbeatCounters heartbeat_counters(const EngineCounters& engine,
       add_to(out, prefix)("down", t.state == TierState::kDown ? 1 : 0, CounterKind::kGauge);
     }
   }
+  if (faults) visit_counters(*faults, add_to(out, "fault_injector_"));
   return out;
 }
 

@@ -127,4 +127,20 @@ WorkerOutput worker_output_from_json(const nlohmann::json& j) {
   return o;
 }
 
+json to_json(const InjectedFaultCounts& counts) {
+  json j = json::object();
+  visit_counters(counts, [&](std::string_view name, uint64_t value, CounterKind) {
+    j[std::string(name)] = value;
+  });
+  return j;
+}
+
+InjectedFaultCounts injected_fault_counts_from_json(const json& j) {
+  InjectedFaultCounts counts;
+  visit_counters(counts, [&](std::string_view name, uint64_t& value, CounterKind) {
+    value = integer<uint64_t>(j.at(std::string(name)));
+  });
+  return counts;
+}
+
 }  // namespace kvtier

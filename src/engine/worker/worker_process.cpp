@@ -36,6 +36,7 @@ class Worker {
         rank_(rank),
         shape_(engine_shape(config)),
         fault_(host_, fault_plan_from_config(config.faults, rank)),
+        injects_faults_(injects_device_faults(config.faults)),
         model_(shape_.model, rank, shape_.world_size),
         socket_(context_, zmq::socket_type::dealer) {
     compute_ = fault_.create_stream();
@@ -143,9 +144,10 @@ class Worker {
     }
     connector_->queue_stores(meta);
     const WorkerOutput out = connector_->take_output();
-    send_message(
-        socket_,
-        {{"t", "done"}, {"step", body.at("step")}, {"tokens", sampled}, {"output", to_json(out)}});
+    nlohmann::json done = {
+        {"t", "done"}, {"step", body.at("step")}, {"tokens", sampled}, {"output", to_json(out)}};
+    if (injects_faults_) done["faults"] = to_json(fault_.counts());
+    send_message(socket_, done);
   }
 
   void send_heartbeat() {
@@ -172,6 +174,7 @@ class Worker {
   EngineShape shape_;
   HostDevice host_;
   FaultInjectingDevice fault_;
+  const bool injects_faults_;  // the done message then carries fault_'s counts
   TinyModel model_;
   StreamHandle compute_;
   EventHandle step_done_;

@@ -8,6 +8,8 @@
 //   - with tiers below it, TierMoverCounters with "kvtier_tier_" before the name, and per tier
 //     its TierCounters with "kvtier_tier_<tier>_" and the gauge "kvtier_tier_<tier>_down" (1
 //     while DOWN, H7);
+//   - with fault injection (the `faults` section), the workers' InjectedFaultCounts summed, with
+//     "fault_injector_" before the name;
 // and "_total" after the name of every counter, never of a gauge. The frontend's /metrics
 // shows each as kvtier_core_<name>, with its kind as the Prometheus type.
 #pragma once
@@ -17,6 +19,7 @@
 
 #include "kvtier/cache/cache_counters.h"
 #include "kvtier/connector/connector_counter_names.h"
+#include "kvtier/device/fault_injecting_device.h"
 #include "kvtier/engine/engine_scheduler.h"
 
 namespace kvtier {
@@ -29,6 +32,7 @@ struct HeartbeatCounters {
 HeartbeatCounters heartbeat_counters(const EngineCounters& engine,
                                      const std::optional<ConnectorCounters>& connector,
                                      const std::optional<CacheCounters>& cache,
-                                     const std::optional<TierReport>& tiers = std::nullopt);
+                                     const std::optional<TierReport>& tiers = std::nullopt,
+                                     const std::optional<InjectedFaultCounts>& faults = std::nullopt);
 
 }  // namespace kvtier
