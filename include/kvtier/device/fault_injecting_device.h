@@ -39,7 +39,7 @@ struct InjectedFaultCounts {
 // f(name, value, kind) for every field (counter_kind.h); all are counters. With a non-const
 // `c`, f gets each field by reference (as a decoder fills them in).
 template <class Counts, class F>
-  requires std::same_as<std::remove_const_t<Counts>, InjectedFaultCounts>
+requires std::same_as<std::remove_const_t<Counts>, InjectedFaultCounts>
 void visit_counters(Counts& c, F&& f) {
   using enum CounterKind;
   f("copy_calls", c.copy_calls, kCounter);

@@ -29,10 +29,10 @@ struct HeartbeatCounters {
   nlohmann::json kinds = nlohmann::json::object();   // name → "counter" | "gauge"
 };
 
-HeartbeatCounters heartbeat_counters(const EngineCounters& engine,
-                                     const std::optional<ConnectorCounters>& connector,
-                                     const std::optional<CacheCounters>& cache,
-                                     const std::optional<TierReport>& tiers = std::nullopt,
-                                     const std::optional<InjectedFaultCounts>& faults = std::nullopt);
+HeartbeatCounters heartbeat_counters(
+    const EngineCounters& engine, const std::optional<ConnectorCounters>& connector,
+    const std::optional<CacheCounters>& cache,
+    const std::optional<TierReport>& tiers = std::nullopt,
+    const std::optional<InjectedFaultCounts>& faults = std::nullopt);
 
 }  // namespace kvtier
