@@ -1,10 +1,10 @@
 // The counters an engine core's heartbeat carries: every field of the engine's, the connector's
 // and the host cache's counters, under the names /metrics has always shown, each with its kind.
 #include "kvtier/engine/heartbeat_counters.h"
-#include "kvtier/engine/step_messages.h"
 
 #include <gtest/gtest.h>
 
+#include "kvtier/engine/step_messages.h"
 #include "support/counter_visit.h"
 
 namespace kvtier::testing {
@@ -83,8 +83,8 @@ TEST(HeartbeatCounters, WithoutConnectorOrHostCacheOnlyTheEngines) {
 
 TEST(HeartbeatCounters, InjectedFaultsAreNamedAfterFaultInjector) {
   InjectedFaultCounts faults{.copy_calls = 7, .submit_failures = 2, .delays = 3};
-  const HeartbeatCounters hb = heartbeat_counters(EngineCounters{}, std::nullopt, std::nullopt,
-                                                  std::nullopt, faults);
+  const HeartbeatCounters hb =
+      heartbeat_counters(EngineCounters{}, std::nullopt, std::nullopt, std::nullopt, faults);
   EXPECT_EQ(hb.values.size(), expect_visits_every_field<EngineCounters>().size() +
                                   expect_visits_every_field<InjectedFaultCounts>().size());
   EXPECT_EQ(hb.values["fault_injector_copy_calls_total"], 7);
