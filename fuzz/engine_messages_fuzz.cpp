@@ -1,10 +1,10 @@
 // libFuzzer target for the messages between the processes of `kvtier serve`: any frame must
 // decode to a message body or an error (never crash, hang, leak or trip a sanitizer), and a body
 // must encode to a frame that decodes to the same body. The step metadata ("meta" of a step
-// message) and the worker output ("output" of a done message) in a body, wherever the input puts
-// them, must decode or throw nlohmann::json::exception (the bad-message path of their callers),
-// and a decoded value must keep every value the message carried and encode and decode again
-// unchanged.
+// message), the worker output ("output" of a done message) and its injected-fault totals
+// ("faults") in a body, wherever the input puts them, must decode or throw
+// nlohmann::json::exception (the bad-message path of their callers), and a decoded value must keep
+// every value the message carried and encode and decode again unchanged.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -70,8 +70,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [name, value] : body->items()) {
     check_typed(value, kvtier::step_metadata_from_json);
     check_typed(value, kvtier::worker_output_from_json);
+    check_typed(value, kvtier::injected_fault_counts_from_json);
   }
   check_typed(*body, kvtier::step_metadata_from_json);
   check_typed(*body, kvtier::worker_output_from_json);
+  check_typed(*body, kvtier::injected_fault_counts_from_json);
   return 0;
 }
