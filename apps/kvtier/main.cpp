@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   const kvtier::cli::Action actions[] = {
       kvtier::cli::add_bench_command(app),       kvtier::cli::add_config_command(app),
       kvtier::cli::add_engine_core_command(app), kvtier::cli::add_worker_command(app),
-      kvtier::cli::add_server_command(app),      kvtier::cli::add_serve_command(app)};
+      kvtier::cli::add_server_command(app),      kvtier::cli::add_serve_command(app),
+      kvtier::cli::add_keygen_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
