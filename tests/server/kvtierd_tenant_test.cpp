@@ -57,7 +57,8 @@ class KeyDir {
 };
 
 // Tenants: alice (at most 8 slots, 2 pins) and carol share the group "prompts"; bob keeps 16
-// slots whatever others store; dave has no quota but 3 pins. mallory is nobody's.
+// slots whatever others store and has one transfer in flight at most; dave has no slot quota,
+// 3 pins and 2 read-locked keys. mallory is nobody's.
 class KvtierdTenantTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -73,13 +74,13 @@ class KvtierdTenantTest : public ::testing::Test {
                                    ", max_slots: 8, max_pins: 2}\n"
                                    "  bob: {keys: " +
                                    key("bob") +
-                                   ", guaranteed_slots: 16}\n"
+                                   ", guaranteed_slots: 16, max_transfers: 1}\n"
                                    "  carol: {keys: " +
                                    key("carol") +
                                    "}\n"
                                    "  dave: {keys: " +
                                    key("dave") +
-                                   ", max_pins: 3}\n"
+                                   ", max_pins: 3, max_locks: 2}\n"
                                    "sharing_groups:\n"
                                    "  prompts: [alice, carol]\n");
   }
@@ -219,6 +220,33 @@ TEST_F(KvtierdTenantTest, QuotasHoldUnderEvictionPressure) {
   EXPECT_EQ(hits(*bob, test_keys(1000, 16)), 16u);
   EXPECT_EQ(stat(*bob, "tenant_slots"), 16u);
   EXPECT_EQ(stat(*carol, "cache_audit_ok"), 1u);
+}
+
+TEST_F(KvtierdTenantTest, LockAndTransferQuotasAreQuotaExceeded) {
+  start();
+  SharedKvRegion b_region, d_region;
+  auto bob = connect("bob", b_region);
+  auto dave = connect("dave", d_region);
+  // dave's max_locks (2): locking three hits is refused; two are fine.
+  ASSERT_EQ(store(*dave, d_region, test_keys(80, 3)).outcome, Outcome::kCompleted);
+  auto three = dave->lookup(test_keys(80, 3), 10s).get();
+  ASSERT_FALSE(three);
+  EXPECT_NE(three.error().message.find("quota_exceeded"), std::string::npos)
+      << three.error().message;
+  auto two = dave->lookup(test_keys(80, 2), 10s).get();
+  ASSERT_TRUE(two) << two.error().message;
+  EXPECT_EQ(stat(*dave, "tenant_locked_keys"), 2u);
+  // bob's max_transfers (1): while one STORE's copies hang, a second one is refused.
+  auto hung = bob->store(100, 0, test_keys(90, 1), consecutive_blocks(0, 1, 4),
+                         server::TestHook::kHangCopies);
+  ASSERT_TRUE(eventually([&] { return stat(*bob, "tenant_transfers_in_flight") == 1; }));
+  const TransferResult second = store(*bob, b_region, test_keys(91, 1));
+  EXPECT_EQ(second.outcome, Outcome::kFailed);
+  EXPECT_NE(second.error.find("quota_exceeded"), std::string::npos) << second.error;
+  // Another tenant's transfers are not bob's to count.
+  EXPECT_EQ(store(*dave, d_region, test_keys(92, 1)).outcome, Outcome::kCompleted);
+  EXPECT_EQ(stat(*dave, "quota_rejections"), 2u);
+  server_->kill_now();  // the hung copies end with the process
 }
 
 TEST_F(KvtierdTenantTest, PinsHoldUnderEvictionPressureUntilUnpinned) {
