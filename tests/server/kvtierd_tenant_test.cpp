@@ -3,15 +3,14 @@
 // shares, per-tenant quotas and pins hold under eviction pressure, pins expire.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <msgpack.hpp>
 
+#include "curve_key_dir.h"
 #include "kvtier/server/curve_keys.h"
 #include "kvtierd_process.h"
 #include "raw_peer.h"
@@ -24,37 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 using server::CacheClient;
 using server::CurveKeyPair;
-
-// A private directory of key pair files and a tenants file, removed at the end.
-class KeyDir {
- public:
-  KeyDir() {
-    std::string pattern = "/tmp/kvtier-tenants-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~KeyDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  // A new key pair, written to <name>.key.
-  CurveKeyPair make(const std::string& name) {
-    auto keys = server::generate_curve_key_pair();
-    if (!keys) throw std::runtime_error(keys.error().message);
-    if (!server::write_curve_key_pair(file(name + ".key"), *keys)) {
-      throw std::runtime_error("cannot write " + name);
-    }
-    return *keys;
-  }
-  fs::path write(const std::string& name, const std::string& text) {
-    std::ofstream(file(name)) << text;
-    return file(name);
-  }
-  fs::path file(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
 
 // Tenants: alice (at most 8 slots, 2 pins) and carol share the group "prompts"; bob keeps 16
 // slots whatever others store and has one transfer in flight at most; dave has no slot quota,
@@ -129,7 +97,7 @@ class KvtierdTenantTest : public ::testing::Test {
     }
   }
 
-  KeyDir dir_;
+  CurveKeyDir dir_;
   CurveKeyPair server_keys_;
   std::map<std::string, CurveKeyPair> keys_;
   fs::path tenants_file_;
