@@ -171,7 +171,7 @@ Result<std::unique_ptr<SocketLoop>> SocketLoop::setup(const ServerOptions& optio
   if (Status st = check_endpoint_access(config.server, warning); !st) {
     return std::unexpected(st.error());
   }
-  if (!warning.empty()) std::cerr << "kvtierd: warning: " << warning << std::endl;
+  if (!warning.empty()) std::cerr << "kvtierd: warning: " << warning << "\n";
   if (!config.server.tenants_file.empty()) {
     auto tenants = Tenants::load(config.server.tenants_file, config, num_slots);
     if (!tenants) return std::unexpected(tenants.error());
