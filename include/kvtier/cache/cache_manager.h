@@ -184,8 +184,10 @@ class CacheManager {
   size_t num_pinned_ = 0;             // ready, not quarantined, pins > 0
   size_t num_quarantined_ready_ = 0;  // by quarantine_load: key still indexed
   CacheCounters stats_;               // event counts; slot counts are computed
-  std::unordered_map<OwnerId, OwnerQuota> quotas_;  // owners without an entry have none
-  std::unordered_map<OwnerId, size_t> owned_;       // pending + ready keys per owner (> 0)
+  // Owners: their quotas (an owner without an entry has none), and the pending + ready keys
+  // charged to each (only owners with some).
+  std::unordered_map<OwnerId, OwnerQuota> quotas_;
+  std::unordered_map<OwnerId, size_t> owned_;
   std::vector<CacheEvent> events_;
 };
 
