@@ -607,22 +607,13 @@ std::vector<std::string> instance_sets() {
 
 // kvtierd sized for one rank's share of the instances' KV layout, with the disk and Redis tiers.
 std::vector<std::string> kvtierd_sets(const ServerSide& side) {
-  const Result<Config> config = with_overrides(Config{}, instance_sets());
-  if (!config) throw std::runtime_error("chaos instance config: " + config.error().message);
-  const KvGroup g = engine_shape(*config).layout.groups.at(0);
-  return {"layout.layers=" + std::to_string(g.layers),
-          "layout.kv_heads=" + std::to_string(g.kv_heads),
-          "layout.head_dim=" + std::to_string(g.head_dim),
-          "layout.dtype_bytes=" + std::to_string(g.dtype_bytes),
-          "layout.block_size=" + std::to_string(g.block_size),
-          "layout.blocks_per_chunk=" + std::to_string(g.blocks_per_chunk),
-          "cache.host_bytes=4MiB",  // small: chunks go down to the tiers and come back
-          "server.heartbeat_interval_s=0.1",
-          "server.client_timeout_s=2",
-          "server.lock_ttl_s=2",
-          "tiers.disk_path=" + side.disk.string(),
-          "tiers.disk_bytes=64MiB",
-          "tiers.redis_url=" + side.redis->url()};
+  std::vector<std::string> sets = kvtierd_layout_sets(instance_sets());
+  sets.insert(sets.end(),
+              {"cache.host_bytes=4MiB",  // small: chunks go down to the tiers and come back
+               "server.heartbeat_interval_s=0.1", "server.client_timeout_s=2",
+               "server.lock_ttl_s=2", "tiers.disk_path=" + side.disk.string(),
+               "tiers.disk_bytes=64MiB", "tiers.redis_url=" + side.redis->url()});
+  return sets;
 }
 
 // An epoch's instance. One that never turns healthy (on a loaded machine a worker can be silent

@@ -1,9 +1,12 @@
 #include "kvtierd_instance.h"
 
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 #include <zmq.hpp>
 
+#include "kvtier/core/config.h"
+#include "kvtier/engine/engine_shape.h"
 #include "kvtier/server/protocol.h"
 
 namespace kvtier::bench {
@@ -61,6 +64,18 @@ std::optional<std::map<std::string, uint64_t>> KvtierdInstance::stats(Duration t
         server::decode_reply({static_cast<const std::byte*>(message.data()), message.size()});
     if (reply && reply->id == 1 && reply->ok) return reply->fields.to_map();
   }
+}
+
+std::vector<std::string> kvtierd_layout_sets(const std::vector<std::string>& serve_sets) {
+  const Result<Config> config = with_overrides(Config{}, serve_sets);
+  if (!config) throw std::runtime_error("kvtier serve overrides: " + config.error().message);
+  const KvGroup g = engine_shape(*config).layout.groups.at(0);
+  return {"layout.layers=" + std::to_string(g.layers),
+          "layout.kv_heads=" + std::to_string(g.kv_heads),
+          "layout.head_dim=" + std::to_string(g.head_dim),
+          "layout.dtype_bytes=" + std::to_string(g.dtype_bytes),
+          "layout.block_size=" + std::to_string(g.block_size),
+          "layout.blocks_per_chunk=" + std::to_string(g.blocks_per_chunk)};
 }
 
 }  // namespace kvtier::bench

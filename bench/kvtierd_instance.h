@@ -45,4 +45,8 @@ class KvtierdInstance {
   ChildProcess process_;
 };
 
+// The layout.* overrides of a kvtierd sized for one rank's share of the KV layout that a `kvtier
+// serve` started with `serve_sets` has. Throws std::runtime_error for overrides that do not load.
+std::vector<std::string> kvtierd_layout_sets(const std::vector<std::string>& serve_sets);
+
 }  // namespace kvtier::bench

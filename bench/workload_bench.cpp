@@ -75,16 +75,9 @@ uint64_t chunk_bytes_of(const std::vector<std::string>& sets) {
 
 // kvtierd sized for one rank's share of the layout those overrides give.
 std::vector<std::string> kvtierd_sets(const std::vector<std::string>& serve_sets) {
-  const Result<Config> config = with_overrides(Config{}, serve_sets);
-  if (!config) throw std::runtime_error("workload config: " + config.error().message);
-  const KvGroup g = engine_shape(*config).layout.groups.at(0);
-  return {"layout.layers=" + std::to_string(g.layers),
-          "layout.kv_heads=" + std::to_string(g.kv_heads),
-          "layout.head_dim=" + std::to_string(g.head_dim),
-          "layout.dtype_bytes=" + std::to_string(g.dtype_bytes),
-          "layout.block_size=" + std::to_string(g.block_size),
-          "layout.blocks_per_chunk=" + std::to_string(g.blocks_per_chunk),
-          "cache.host_bytes=512MiB"};
+  std::vector<std::string> sets = kvtierd_layout_sets(serve_sets);
+  sets.push_back("cache.host_bytes=512MiB");
+  return sets;
 }
 
 // The counters of one server that a row reports, read from /metrics (and kvtierd's STATS).
