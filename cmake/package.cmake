@@ -14,7 +14,7 @@
 #   kvtier::cuda           libkvtier_cuda.so (KVTIER_CUDA builds; KVTIER_HAS_CUDA=1)
 #   kvtier::kvtier_static  libkvtier.a, and kvtier::cuda_static: COMPONENTS static, which makes the
 #                          package config find the libraries they link (xxhash, yaml-cpp, libzmq,
-#                          liburing, the static CUDA runtime)
+#                          libsodium, liburing, the static CUDA runtime)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -51,7 +51,7 @@ add_library(kvtier_static STATIC ${kvtier_objects})
 kvtier_package_interface(kvtier_static)
 set_target_properties(kvtier_static PROPERTIES OUTPUT_NAME kvtier EXPORT_NAME kvtier_static)
 target_link_libraries(kvtier_static INTERFACE Threads::Threads
-  $<LINK_ONLY:PkgConfig::XXHASH> $<LINK_ONLY:yaml-cpp> $<LINK_ONLY:cppzmq> $<LINK_ONLY:spdlog::spdlog>
+  $<LINK_ONLY:PkgConfig::XXHASH> $<LINK_ONLY:yaml-cpp> $<LINK_ONLY:cppzmq> $<LINK_ONLY:spdlog::spdlog> $<LINK_ONLY:PkgConfig::SODIUM>
   $<LINK_ONLY:PkgConfig::KVTIER_PKG_LIBURING>)
 
 set(kvtier_shared_targets kvtier_shared)

@@ -19,5 +19,6 @@ Action add_worker_command(CLI::App& app);
 Action add_server_command(CLI::App& app);
 Action add_serve_command(CLI::App& app);
 Action add_admin_command(CLI::App& app);
+Action add_keygen_command(CLI::App& app);
 
 }  // namespace kvtier::cli

@@ -16,8 +16,14 @@ Action add_server_command(CLI::App& app) {
                 "Honour the 'hook' field of requests (throw, no_reply, stall, hang_copies, "
                 "fail_copies, fail_partway, service); "
                 "for tests only");
-  return [cmd, test_hooks](const Config& config) -> int {
+  auto insecure = std::make_shared<bool>(false);
+  cmd->add_flag("--insecure", *insecure,
+                "Serve a tcp:// endpoint without CURVE (server.insecure): any client that "
+                "reaches it reads and writes every chunk");
+  return [cmd, test_hooks, insecure](const Config& loaded) -> int {
     if (!cmd->parsed()) return -1;
+    Config config = loaded;
+    if (*insecure) config.server.insecure = true;
     init_logging(config.log, "kvtierd");
     // Before the server starts any thread; SIGINT/SIGTERM ask it to drain.
     StopSignals stop_signals;

@@ -1,6 +1,7 @@
 // CacheManager::audit(): the F12 conservation check, kept apart from the state machine it
 // checks.
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kvtier/cache/cache_manager.h"
@@ -54,7 +55,9 @@ Status CacheManager::audit() const {
     if (auto st = claim(s, Holder::kQuarantined); !st) return st;
   }
   size_t pending = 0, pinned = 0, quarantined_ready = 0, resident = 0;
+  std::unordered_map<OwnerId, size_t> owned;
   for (const auto& [key, e] : index_) {
+    ++owned[e.owner];
     if (auto st = claim(e.slot, Holder::kKey); !st) return st;
     const bool ready = e.state == KeyState::kReady;
     if (!ready && (e.pins > 0 || e.quarantined)) {
@@ -87,6 +90,10 @@ Status CacheManager::audit() const {
                      std::to_string(pinned) + ", quarantined ready " +
                      std::to_string(num_quarantined_ready_) + " vs " +
                      std::to_string(quarantined_ready));
+  }
+  if (owned != owned_) {
+    return violation("the slots charged to owners drifted: " + std::to_string(owned.size()) +
+                     " owners hold keys, " + std::to_string(owned_.size()) + " are charged");
   }
   return {};
 }

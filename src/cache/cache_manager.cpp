@@ -70,26 +70,101 @@ bool CacheManager::evictable(const ChunkKey& key) const {
 
 void CacheManager::drop_ready(const ChunkKey& key) {
   auto it = index_.find(key);
+  uncharge(it->second);
   free_slots_.push_back(it->second.slot);
   index_.erase(it);
 }
 
 std::optional<StorePlan> CacheManager::prepare_store(std::span<const ChunkKey> keys) {
+  auto plan = prepare_store_for(kDefaultOwner, keys);
+  if (!plan) return std::nullopt;
+  return std::move(*plan);
+}
+
+void CacheManager::set_quota(OwnerId owner, OwnerQuota quota) {
+  quotas_[owner] = quota;
+}
+
+size_t CacheManager::slots_owned(OwnerId owner) const {
+  auto it = owned_.find(owner);
+  return it == owned_.end() ? 0 : it->second;
+}
+
+void CacheManager::uncharge(const Entry& entry) {
+  auto it = owned_.find(entry.owner);
+  if (--it->second == 0) owned_.erase(it);
+}
+
+std::vector<ChunkKey> CacheManager::choose_victims_for(OwnerId owner, size_t n,
+                                                       const EvictablePredicate& keep) const {
+  // How many chunks each owner may still lose to this store: all of the storing owner's,
+  // another's down to its guaranteed share.
+  const auto spare = [&](OwnerId o) -> size_t {
+    if (o == owner) return std::numeric_limits<size_t>::max();
+    auto q = quotas_.find(o);
+    const size_t guaranteed = q == quotas_.end() ? 0 : q->second.guaranteed_slots;
+    const size_t held = slots_owned(o);
+    return held > guaranteed ? held - guaranteed : 0;
+  };
+  // The policy is asked for victims among the chunks of owners with a spare; when its choice
+  // takes more of one owner than that owner can spare, the surplus is held back and it is asked
+  // again (each round holds back at least one more chunk, so this ends).
+  std::unordered_set<ChunkKey, ChunkKeyHash> held_back;
+  for (;;) {
+    std::vector<ChunkKey> victims = policy_->choose_victims(n, [&](const ChunkKey& k) {
+      auto it = index_.find(k);
+      return it != index_.end() && it->second.state == KeyState::kReady && it->second.pins == 0 &&
+             !it->second.quarantined && !keep(k) && !held_back.contains(k) &&
+             spare(it->second.owner) > 0;
+    });
+    std::unordered_map<OwnerId, size_t> taken;
+    bool surplus = false;
+    for (const ChunkKey& k : victims) {
+      const OwnerId o = index_.at(k).owner;
+      if (++taken[o] > spare(o)) {
+        held_back.insert(k);
+        surplus = true;
+      }
+    }
+    if (!surplus) return victims;
+  }
+}
+
+std::expected<StorePlan, StoreRefusal> CacheManager::prepare_store_for(
+    OwnerId owner, std::span<const ChunkKey> keys) {
   const std::unordered_set<ChunkKey, ChunkKeyHash> inputs(keys.begin(), keys.end());
   StorePlan plan;
   std::unordered_set<ChunkKey, ChunkKeyHash> planned;
   for (const ChunkKey& key : keys) {
     if (!index_.contains(key) && planned.insert(key).second) plan.keys.push_back(key);
   }
-  if (plan.keys.size() > free_slots_.size()) {
-    // A store never evicts its own inputs: that would make room by dropping what it writes.
-    plan.evicted = policy_->choose_victims(
-        plan.keys.size() - free_slots_.size(),
-        [&](const ChunkKey& k) { return evictable(k) && !inputs.contains(k); });
-    if (plan.keys.size() > free_slots_.size() + plan.evicted.size()) {
-      ++stats_.stores_rejected;
-      return std::nullopt;
-    }
+  const auto refuse = [&](StoreRefusal why) {
+    ++stats_.stores_rejected;
+    return std::unexpected(why);
+  };
+  // A store never evicts its own inputs: that would make room by dropping what it writes.
+  const auto input = [&](const ChunkKey& k) { return inputs.contains(k); };
+  // Past the owner's max_slots: its own chunks make the room first.
+  auto quota = quotas_.find(owner);
+  const size_t max_slots =
+      quota == quotas_.end() ? std::numeric_limits<size_t>::max() : quota->second.max_slots;
+  if (plan.keys.size() > max_slots) return refuse(StoreRefusal::kOverQuota);
+  const size_t held = slots_owned(owner);
+  if (held > max_slots - plan.keys.size()) {
+    const size_t excess = held - (max_slots - plan.keys.size());
+    plan.evicted = policy_->choose_victims(excess, [&](const ChunkKey& k) {
+      return evictable(k) && !input(k) && index_.at(k).owner == owner;
+    });
+    if (plan.evicted.size() < excess) return refuse(StoreRefusal::kOverQuota);
+  }
+  if (plan.keys.size() > free_slots_.size() + plan.evicted.size()) {
+    const std::unordered_set<ChunkKey, ChunkKeyHash> chosen(plan.evicted.begin(),
+                                                            plan.evicted.end());
+    const size_t more = plan.keys.size() - free_slots_.size() - plan.evicted.size();
+    std::vector<ChunkKey> victims = choose_victims_for(
+        owner, more, [&](const ChunkKey& k) { return input(k) || chosen.contains(k); });
+    if (victims.size() < more) return refuse(StoreRefusal::kNoRoom);
+    plan.evicted.insert(plan.evicted.end(), victims.begin(), victims.end());
   }
   // Past this point nothing can fail: the plan is committed whole.
   for (const ChunkKey& key : plan.evicted) {
@@ -103,9 +178,10 @@ std::optional<StorePlan> CacheManager::prepare_store(std::span<const ChunkKey> k
   for (const ChunkKey& key : plan.keys) {
     const SlotId slot = free_slots_.back();
     free_slots_.pop_back();
-    index_.emplace(key, Entry{.slot = slot, .state = KeyState::kPending});
+    index_.emplace(key, Entry{.slot = slot, .state = KeyState::kPending, .owner = owner});
     plan.slots.push_back(slot);
   }
+  if (!plan.keys.empty()) owned_[owner] += plan.keys.size();
   num_pending_ += plan.keys.size();
   return plan;
 }
@@ -123,6 +199,7 @@ void CacheManager::complete_store(std::span<const ChunkKey> keys, Verdict verdic
       stored.push_back(key);
     } else {
       // F3: a failed store is never published; its slot is free again.
+      uncharge(it->second);
       free_slots_.push_back(it->second.slot);
       index_.erase(it);
       ++stats_.stores_failed;
@@ -193,6 +270,7 @@ void CacheManager::quarantine_store(std::span<const ChunkKey> keys) {
     // F7: copies into the slot may still run, so the slot is never handed out again; the key is
     // gone so that its possibly torn bytes are never read.
     quarantined_slots_.push_back(it->second.slot);
+    uncharge(it->second);
     index_.erase(it);
     --num_pending_;
     ++stats_.stores_quarantined;

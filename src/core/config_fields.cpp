@@ -247,6 +247,32 @@ const std::vector<Field>& config_fields() {
         server.field("max_frame_bytes", &ServerConfig::max_frame_bytes, byte_size(),
                      "Server side: largest request frame; a larger one gets a too_large error "
                      "reply and is not decoded."),
+        server.field("curve_key_file", &ServerConfig::curve_key_file, text(),
+                     "This process's CURVE key pair file (written by kvtier keygen; mode 0600). "
+                     "kvtierd: its own key pair, required with server.tenants_file. A client: "
+                     "its key pair, required with server.curve_server_key."),
+        server.field("curve_server_key", &ServerConfig::curve_server_key, text(),
+                     "Client side: kvtierd's CURVE public key (40 Z85 characters). Set, the "
+                     "client connects with CURVE, authenticated by server.curve_key_file; empty, "
+                     "without."),
+        server.field("tenants_file", &ServerConfig::tenants_file, text(),
+                     "Server side: the tenants file (docs/operations.md): the client public "
+                     "keys kvtierd admits, each tenant's quotas and sharing groups. Set, kvtierd "
+                     "requires CURVE from every client; empty, every client is the one default "
+                     "tenant."),
+        server.field("insecure", &ServerConfig::insecure, boolean(),
+                     "Server side: serve a tcp:// endpoint without CURVE (anyone who reaches the "
+                     "port reads and writes every chunk); kvtierd refuses to start so otherwise "
+                     "and warns when it does. (kvtier server --insecure)"),
+        server.field("ipc_group", &ServerConfig::ipc_group, text(),
+                     "Server side: an ipc:// socket file is created with mode 0600 (its owner "
+                     "only); with a group name here, 0660 and owned by that group."),
+        server.field("max_pins", &ServerConfig::max_pins, integer_in(0, 1 << 24),
+                     "Server side: keys one tenant may hold pinned (PIN); a tenant's max_pins in "
+                     "the tenants file overrides it."),
+        server.field("max_pin_ttl_s", &ServerConfig::max_pin_ttl_s, positive_seconds(),
+                     "Server side: longest ttl_ms a PIN may ask for; a longer one gets "
+                     "invalid_argument."),
         server.field("metrics_port", &ServerConfig::metrics_port, integer_in(0, 65535),
                      "Server side: TCP port of kvtierd's HTTP /metrics (Prometheus) and /health; "
                      "0 serves neither (docs/operations.md)."),

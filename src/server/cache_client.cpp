@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <random>
+#include <stdexcept>
 
 #include "client_impl.h"
 
@@ -29,7 +30,8 @@ TransferResult transfer_result(JobId job, Direction direction, Outcome outcome, 
 
 ErrorCode error_code_of(std::string_view code) {
   if (code == codes::kNotFound) return ErrorCode::kNotFound;
-  if (code == codes::kResourceExhausted || code == codes::kLimitExceeded) {
+  if (code == codes::kResourceExhausted || code == codes::kLimitExceeded ||
+      code == codes::kQuotaExceeded) {
     return ErrorCode::kResourceExhausted;
   }
   if (code == codes::kShuttingDown || code == codes::kNotRegistered) return ErrorCode::kUnavailable;
@@ -53,6 +55,15 @@ std::string_view to_string(ClientState state) {
 }
 
 ClientOptions ClientOptions::from_config(const Config& config) {
+  CurveKeyPair keys;
+  if (!config.server.curve_server_key.empty()) {
+    if (!valid_curve_key(config.server.curve_server_key)) {
+      throw std::invalid_argument("server.curve_server_key: not a Z85 CURVE public key");
+    }
+    auto read = read_curve_key_pair(config.server.curve_key_file);
+    if (!read) throw std::invalid_argument("server.curve_key_file: " + read.error().message);
+    keys = std::move(*read);
+  }
   return ClientOptions{
       .endpoint = config.server.endpoint,
       .heartbeat_interval = seconds_to_duration(config.server.heartbeat_interval_s),
@@ -60,6 +71,8 @@ ClientOptions ClientOptions::from_config(const Config& config) {
       .transfer_deadline = seconds_to_duration(config.transfer.transfer_deadline_s +
                                                config.transfer.completion_margin_s),
       .connect_timeout = seconds_to_duration(config.server.connect_timeout_s),
+      .curve_server_key = config.server.curve_server_key,
+      .curve_keys = std::move(keys),
   };
 }
 
@@ -71,6 +84,12 @@ ClientImpl::ClientImpl(ClientOptions options, Registration registration)
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       routing_id_(random_routing_id()) {
   if (wake_fd_ < 0) throw std::runtime_error("CacheClient: eventfd failed");
+  if (!options_.curve_server_key.empty() && !(valid_curve_key(options_.curve_server_key) &&
+                                              valid_curve_key(options_.curve_keys.public_key) &&
+                                              valid_curve_key(options_.curve_keys.secret_key))) {
+    ::close(wake_fd_);
+    throw std::invalid_argument("CacheClient: curve_server_key and curve_keys must be Z85 keys");
+  }
   health_.reason = "connecting to " + options_.endpoint;
   thread_ = std::thread([this] { run(); });
 }
@@ -191,6 +210,11 @@ void ClientImpl::run() {
   const auto reconnect = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::min<Duration>(options_.heartbeat_interval / 4, std::chrono::milliseconds(100)));
   dealer.set(zmq::sockopt::reconnect_ivl, std::max<int>(1, static_cast<int>(reconnect.count())));
+  if (!options_.curve_server_key.empty()) {
+    dealer.set(zmq::sockopt::curve_serverkey, options_.curve_server_key);
+    dealer.set(zmq::sockopt::curve_publickey, options_.curve_keys.public_key);
+    dealer.set(zmq::sockopt::curve_secretkey, options_.curve_keys.secret_key);
+  }
   dealer.connect(options_.endpoint);
   dealer_ = &dealer;
 
@@ -501,6 +525,18 @@ std::future<Status> CacheClient::unregister() {
     }
   }));
   return future;
+}
+
+std::future<Result<Reply>> CacheClient::pin(std::vector<ChunkKey> keys, Duration ttl) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(ttl).count();
+  return call(Request{.op = Op::kPin,
+                      .keys = std::move(keys),
+                      .ttl_ms = ms > 0 ? static_cast<uint64_t>(ms) : 0},
+              impl_->options().request_timeout);
+}
+
+std::future<Result<Reply>> CacheClient::unpin(std::vector<ChunkKey> keys) {
+  return call(Request{.op = Op::kUnpin, .keys = std::move(keys)}, impl_->options().request_timeout);
 }
 
 std::future<Result<Reply>> CacheClient::stats() {

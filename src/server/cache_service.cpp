@@ -3,6 +3,7 @@
 #include "cache_service.h"
 
 #include <chrono>
+#include <limits>
 
 #include "kvtier/core/log.h"
 #include "kvtier/tier/tier_factory.h"
@@ -41,11 +42,12 @@ Result<std::vector<MoverTier>> make_server_tiers(const Config& config) {
   return make_mover_tiers(config.tiers, KeyNamespace{.model = "kvtierd", .layout_fingerprint = 0});
 }
 
-CacheService::CacheService(const ServerOptions& options, HostDevice& host, Device& device,
-                           FaultInjectingDevice* fault, HostPool& pool, uint64_t boot_id,
-                           const LoopCounters& loop, ReplyFn reply, std::function<void()> drained,
-                           std::vector<MoverTier> tiers)
+CacheService::CacheService(const ServerOptions& options, const Tenants& tenants, HostDevice& host,
+                           Device& device, FaultInjectingDevice* fault, HostPool& pool,
+                           uint64_t boot_id, const LoopCounters& loop, ReplyFn reply,
+                           std::function<void()> drained, std::vector<MoverTier> tiers)
     : options_(options),
+      tenants_(tenants),
       host_(host),
       device_(device),
       fault_(fault),
@@ -61,6 +63,15 @@ CacheService::CacheService(const ServerOptions& options, HostDevice& host, Devic
        {"stores_completed", "retrieves_completed", "transfers_failed", "transfers_unprovable",
         "sessions_dropped", "handler_errors", "error_replies", "swallowed"}) {
     counters_[name] = 0;
+  }
+  for (TenantId t = 0; t < tenants_.size(); ++t) {
+    const TenantLimits& limits = tenants_[t].limits;
+    if (limits.max_slots != TenantLimits::kUnlimited || limits.guaranteed_slots > 0) {
+      cache_.set_quota(
+          t, OwnerQuota{.max_slots = static_cast<size_t>(std::min<uint64_t>(
+                            limits.max_slots, std::numeric_limits<size_t>::max())),
+                        .guaranteed_slots = static_cast<size_t>(limits.guaranteed_slots)});
+    }
   }
   if (!tiers.empty()) {
     mover_ = std::make_unique<TierMover>(cache_, pool_, std::move(tiers),
@@ -143,13 +154,16 @@ void CacheService::run() {
     poll_transfers();
     {
       std::lock_guard state(state_mu_);
-      release_locks(locks_.take_expired(SteadyClock::instance().now()));
+      const TimePoint now = SteadyClock::instance().now();
+      release_locks(locks_.take_expired(now));
+      release_pins(pins_.take_expired(now));
     }
     drop_gone_sessions();
     if (draining_ && !drained_sent_ && transfers_in_flight() == 0) {
       {
         std::lock_guard state(state_mu_);
         release_locks(locks_.take_everything());
+        release_pins(pins_.take_everything());
       }
       drained_sent_ = true;
       drained_();
@@ -161,7 +175,7 @@ void CacheService::handle(Envelope& e) {
   const uint64_t id = e.request.id;
   held_replies_.emplace();
   try {
-    dispatch(e.client, e.request);
+    dispatch(e);
   } catch (const std::exception& ex) {
     // F11: a handler that raises still yields exactly one terminal reply. Handlers raise only
     // before they submit a transfer, so no reply for this request was sent yet.
@@ -239,6 +253,9 @@ void CacheService::finish(const std::string& client, Session& session, const Tra
   if (it == session.pending.end()) return;
   PendingTransfer p = std::move(it->second);
   session.pending.erase(it);
+  if (auto t = tenant_transfers_.find(session.tenant); t != tenant_transfers_.end()) {
+    if (--t->second == 0) tenant_transfers_.erase(t);
+  }
   const bool store = p.direction == Direction::kStore;
   std::unique_lock state(state_mu_);
   switch (r.outcome) {
@@ -341,8 +358,28 @@ void CacheService::error(const std::string& client, uint64_t id, std::string_vie
   send(client, Reply::error(id, code, msg));
 }
 
-TenantCounters& CacheService::tenant_of(const std::string& /*client*/) {
-  return default_tenant_;  // clients admitted by key map to their key's tenant here
+TenantCounters& CacheService::tenant_of(const std::string& client) {
+  TenantId tenant = kDefaultTenant;
+  {
+    std::lock_guard lock(client_tenants_mu_);
+    if (auto it = client_tenants_.find(client); it != client_tenants_.end()) tenant = it->second;
+  }
+  return counters_of(tenant);
+}
+
+TenantCounters& CacheService::counters_of(TenantId tenant) {
+  if (tenant == kDefaultTenant) return default_tenant_;
+  return tenant_metrics_.tenant(tenants_[tenant].name);
+}
+
+void CacheService::bind_tenant(const std::string& client, TenantId tenant) {
+  std::lock_guard lock(client_tenants_mu_);
+  client_tenants_[client] = tenant;
+}
+
+void CacheService::unbind_tenant(const std::string& client) {
+  std::lock_guard lock(client_tenants_mu_);
+  client_tenants_.erase(client);
 }
 
 void CacheService::account(const std::string& client, const Reply& reply) {
@@ -361,7 +398,7 @@ void CacheService::account(const std::string& client, const Reply& reply) {
 }
 
 void CacheService::add_metrics(PrometheusText& out) const {
-  const std::vector<const TenantCounters*> tenants = tenants_.tenants();
+  const std::vector<const TenantCounters*> tenants = tenant_metrics_.tenants();
   visit_counters(*tenants.front(), [&](std::string_view name, uint64_t, CounterKind kind) {
     const std::string family = "kvtier_tenant_" + std::string(name) + "_total";
     out.family(family, kind, "Per tenant: " + std::string(name) + " (docs/operations.md).");

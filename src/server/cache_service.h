@@ -38,6 +38,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -51,9 +52,11 @@
 #include "kvtier/server/protocol.h"
 #include "kvtier/server/server.h"
 #include "kvtier/transfer/transfer_engine.h"
+#include "pins.h"
 #include "read_locks.h"
 #include "shared_kv_memory.h"
 #include "tenant_metrics.h"
+#include "tenants.h"
 
 namespace kvtier::server {
 
@@ -65,6 +68,7 @@ struct LoopCounters {
   std::atomic<uint64_t> limit_rejections{0};
   std::atomic<uint64_t> clients_reaped{0};
   std::atomic<uint64_t> batch_frames{0};  // frames holding a batch of requests
+  std::atomic<uint64_t> auth_refused{0};  // CURVE handshakes the ZAP handler refused
 };
 
 template <class F>
@@ -103,7 +107,8 @@ std::string client_label(std::string_view routing_id);
 using QueuedCount = std::shared_ptr<std::atomic<uint32_t>>;
 
 struct Envelope {
-  std::string client;  // ZeroMQ routing id
+  std::string client;                // ZeroMQ routing id
+  TenantId tenant = kDefaultTenant;  // the client's; its keys are scoped to it already
   Request request;
   QueuedCount queued;  // decremented once the request was dispatched (may be null)
 };
@@ -125,8 +130,10 @@ class CacheService {
   // `fault` is the device's fault injector when test hooks are on, else null. `reply` and
   // `drained` are called on the service thread.
   // `tiers` (from make_server_tiers) may be empty: then there is no TierMover.
-  CacheService(const ServerOptions& options, HostDevice& host, Device& device,
-               FaultInjectingDevice* fault, HostPool& pool, uint64_t boot_id,
+  // `tenants` sets the CacheManager's owner quotas (a tenant is an owner) and the per-tenant
+  // limits; it outlives the service.
+  CacheService(const ServerOptions& options, const Tenants& tenants, HostDevice& host,
+               Device& device, FaultInjectingDevice* fault, HostPool& pool, uint64_t boot_id,
                const LoopCounters& loop, ReplyFn reply, std::function<void()> drained,
                std::vector<MoverTier> tiers = {});
   ~CacheService();  // stops and joins the thread
@@ -139,7 +146,8 @@ class CacheService {
   // when only the service thread can answer: the ready prefix stops at an absent key and lower
   // tiers may hold it (read-through waits for them). Never throws: a failure is an "internal"
   // error.
-  std::optional<LookupAnswer> lookup_now(const std::string& client, const Request& request);
+  std::optional<LookupAnswer> lookup_now(const std::string& client, TenantId tenant,
+                                         const Request& request);
   void client_gone(std::string client);
   // Graceful shutdown: refuse new work, decide transfers in flight, then call `drained`.
   void begin_shutdown();
@@ -148,9 +156,16 @@ class CacheService {
   // True once the service refuses new work (SHUTDOWN, a stop signal). Thread-safe.
   bool draining() const { return draining_.load() || shutdown_requested_.load(); }
 
-  // The tenant `client` belongs to: the one place a client gets its tenant. Until clients are
-  // admitted by key, every client is in TenantMetrics::kDefaultTenant. Thread-safe.
+  // The counters of the tenant `client` belongs to, as the socket loop bound it (bind_tenant):
+  // the one place a client gets its tenant's counters; the default tenant's for a client not
+  // (or no longer) bound. Thread-safe.
   TenantCounters& tenant_of(const std::string& client);
+  // The counters of tenant `tenant` (an id of the Tenants this service was built with).
+  TenantCounters& counters_of(TenantId tenant);
+  // The socket loop binds a client to its tenant when it first hears from it, and unbinds it
+  // when it reaps it. Thread-safe.
+  void bind_tenant(const std::string& client, TenantId tenant);
+  void unbind_tenant(const std::string& client);
   // Every reply to a client passes here (either thread): an error reply counts against the
   // client's tenant by code, and is logged naming the client, tenant and request (at error for
   // a server-side failure: internal, transfer_failed, unprovable; at debug otherwise, since a
@@ -168,6 +183,7 @@ class CacheService {
     uint64_t already_present = 0;
   };
   struct Session {
+    TenantId tenant = kDefaultTenant;
     uint32_t rank = 0;
     KvLayout layout;
     std::unique_ptr<SharedKvMapping> memory;
@@ -180,15 +196,20 @@ class CacheService {
 
   void run();
   void handle(Envelope& envelope);
-  void dispatch(const std::string& client, const Request& request);
-  void handle_register(const std::string& client, const Request& request);
+  void dispatch(const Envelope& envelope);
+  void handle_register(const std::string& client, TenantId tenant, const Request& request);
   void handle_unregister(const std::string& client, const Request& request);
-  void handle_lookup(const std::string& client, const Request& request);
+  void handle_lookup(const std::string& client, TenantId tenant, const Request& request);
   // The LOOKUP answer (both paths), under state_mu_; may raise only before it changed state.
-  LookupAnswer lookup_locked(const std::string& client, const Request& request);
+  LookupAnswer lookup_locked(const std::string& client, TenantId tenant, const Request& request);
   void handle_transfer(const std::string& client, const Request& request);
   void handle_release(const std::string& client, const Request& request);
-  void handle_stats(const std::string& client, const Request& request);
+  // PIN / UNPIN (pins_): no registration needed, the tenant is the client's.
+  void handle_pin(const std::string& client, TenantId tenant, const Request& request);
+  void handle_unpin(const std::string& client, TenantId tenant, const Request& request);
+  void handle_stats(const std::string& client, TenantId tenant, const Request& request);
+  // A quota_exceeded error (counted in quota_rejections).
+  Reply quota_exceeded(uint64_t id, const std::string& what);
 
   Session* session_of(const std::string& client, uint64_t request_id);
   Status check_chunks(const Session& session, const Request& request) const;
@@ -200,6 +221,7 @@ class CacheService {
   void finish(const std::string& client, Session& session, const TransferResult& result);
   void fail_session(const std::string& client, Session& session, const std::string& why);
   void release_locks(const std::vector<ReadLock>& locks);
+  void release_pins(const std::vector<ChunkKey>& keys) { cache_.complete_load(keys); }
   void drop_gone_sessions();
   void destroy_session(Session& session);
   size_t transfers_in_flight() const;
@@ -212,6 +234,7 @@ class CacheService {
   }
 
   const ServerOptions& options_;
+  const Tenants& tenants_;
   HostDevice& host_;
   Device& device_;
   FaultInjectingDevice* fault_;
@@ -222,13 +245,16 @@ class CacheService {
   std::function<void()> drained_;
   TransferOptions transfer_options_;
 
-  // Guards cache_ (also where mover_ uses it), locks_ and registered_ (see the contract above).
+  // Guards cache_ (also where mover_ uses it), locks_, pins_ and registered_ (see the contract
+  // above).
   // Never held together with mu_.
   mutable std::mutex state_mu_;
   CacheManager cache_;
   std::unique_ptr<TierMover> mover_;  // null without tiers; destroyed before cache_
   ReadLocks locks_;
-  std::unordered_set<std::string> registered_;  // sessions_ that are not gone
+  Pins pins_;
+  std::unordered_set<std::string> registered_;   // sessions_ that are not gone
+  std::map<TenantId, size_t> tenant_transfers_;  // transfers in flight per tenant (> 0)
   std::map<std::string, Session> sessions_;
   std::vector<std::unique_ptr<SharedKvMapping>> retained_memory_;  // F7
   JobId next_job_ = 1;
@@ -241,8 +267,11 @@ class CacheService {
   std::atomic<uint64_t> fast_lookups_{0};
   std::atomic<uint64_t> fast_errors_{0};
   std::atomic<uint64_t> fast_raised_{0};
-  TenantMetrics tenants_;
-  TenantCounters& default_tenant_ = tenants_.tenant(TenantMetrics::kDefaultTenant);
+  std::atomic<uint64_t> quota_rejections_{0};  // both threads
+  TenantMetrics tenant_metrics_;
+  std::mutex client_tenants_mu_;  // guards client_tenants_
+  std::unordered_map<std::string, TenantId> client_tenants_;
+  TenantCounters& default_tenant_ = tenant_metrics_.tenant(TenantMetrics::kDefaultTenant);
 
   std::mutex mu_;  // guards the inbox
   std::condition_variable wake_;

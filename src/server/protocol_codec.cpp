@@ -12,8 +12,9 @@
 namespace kvtier::server {
 namespace {
 
-constexpr std::string_view kOpNames[] = {"REGISTER", "UNREGISTER", "LOOKUP", "STORE",   "RETRIEVE",
-                                         "RELEASE",  "PING",       "STATS",  "SHUTDOWN"};
+constexpr std::string_view kOpNames[] = {"REGISTER", "UNREGISTER", "LOOKUP", "STORE",
+                                         "RETRIEVE", "RELEASE",    "PING",   "STATS",
+                                         "SHUTDOWN", "PIN",        "UNPIN"};
 // Indexed by TestHook.
 constexpr std::string_view kHookNames[] = {
     "", "throw", "stall", "no_reply", "hang_copies", "fail_copies", "fail_partway", "service"};
@@ -389,6 +390,26 @@ Status decode_transfer(const msgpack::object& root, Request& r) {
   return {};
 }
 
+// PIN: keys and ttl_ms (both required). UNPIN: keys (required).
+Status decode_pin(const msgpack::object& root, Request& r) {
+  bool has_keys = false, has_ttl = false;
+  Status st = for_each_field(root, "request",
+                             [&](std::string_view key, const msgpack::object& v) -> Status {
+                               if (key == "keys") {
+                                 has_keys = true;
+                                 return read_value(decode_keys(v), r.keys);
+                               }
+                               if (key == "ttl_ms" && r.op == Op::kPin) {
+                                 has_ttl = true;
+                                 return read_uint(v, key, r.ttl_ms);
+                               }
+                               return {};
+                             });
+  if (!st) return st;
+  if (Status s = require(has_keys, "keys"); !s) return s;
+  return r.op == Op::kPin ? require(has_ttl, "ttl_ms") : Status{};
+}
+
 // RELEASE: lock (required).
 Status decode_release(const msgpack::object& root, Request& r) {
   bool has_lock = false;
@@ -413,6 +434,9 @@ Status decode_operation(const msgpack::object& root, Request& r) {
       return decode_transfer(root, r);
     case Op::kRelease:
       return decode_release(root, r);
+    case Op::kPin:
+    case Op::kUnpin:
+      return decode_pin(root, r);
     case Op::kUnregister:
     case Op::kPing:
     case Op::kStats:

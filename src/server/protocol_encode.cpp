@@ -29,7 +29,8 @@ struct FixedStream {
 };
 
 void pack_request(msgpack::packer<msgpack::sbuffer>& pk, const Request& r) {
-  const bool keyed = r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve;
+  const bool keyed = r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve ||
+                     r.op == Op::kPin || r.op == Op::kUnpin;
   const bool moves = r.op == Op::kStore || r.op == Op::kRetrieve;
   const bool hooked = r.hook != TestHook::kNone;
   uint32_t n = 3 + (hooked ? 1 : 0);
@@ -38,6 +39,7 @@ void pack_request(msgpack::packer<msgpack::sbuffer>& pk, const Request& r) {
   if (r.op == Op::kLookup) n += 1;
   if (moves) n += 2;
   if (r.op == Op::kRetrieve || r.op == Op::kRelease) n += 1;
+  if (r.op == Op::kPin) n += 1;
   pk.pack_map(n);
   pk.pack("v"), pk.pack(kProtocolVersion);
   pk.pack("id"), pk.pack(r.id);
@@ -94,6 +96,7 @@ void pack_request(msgpack::packer<msgpack::sbuffer>& pk, const Request& r) {
     pk.pack("blocks"), pk.pack(r.blocks);
   }
   if (r.op == Op::kRetrieve || r.op == Op::kRelease) pk.pack("lock"), pk.pack(r.lock);
+  if (r.op == Op::kPin) pk.pack("ttl_ms"), pk.pack(r.ttl_ms);
 }
 
 void pack_reply(msgpack::packer<msgpack::sbuffer>& pk, const Reply& r) {

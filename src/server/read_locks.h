@@ -13,6 +13,7 @@
 
 #include "kvtier/core/chunk_key.h"
 #include "kvtier/core/clock.h"
+#include "tenants.h"
 
 namespace kvtier::server {
 
@@ -20,12 +21,14 @@ struct ReadLock {
   std::string client;
   std::vector<ChunkKey> keys;  // pinned once each
   TimePoint expires;
+  TenantId tenant = kDefaultTenant;  // the client's
 };
 
 class ReadLocks {
  public:
   uint64_t add(ReadLock lock) {
     held_[lock.client] += lock.keys.size();
+    tenant_held_[lock.tenant] += lock.keys.size();
     locks_.emplace(next_id_, std::move(lock));
     return next_id_++;
   }
@@ -49,6 +52,11 @@ class ReadLocks {
     auto it = held_.find(client);
     return it == held_.end() ? 0 : it->second;
   }
+  // Keys read-locked by every client of `tenant`.
+  size_t keys_held_by(TenantId tenant) const {
+    auto it = tenant_held_.find(tenant);
+    return it == tenant_held_.end() ? 0 : it->second;
+  }
   size_t size() const { return locks_.size(); }
 
  private:
@@ -59,6 +67,9 @@ class ReadLocks {
     size_t& held = held_[lock.client];
     held -= lock.keys.size();
     if (held == 0) held_.erase(lock.client);
+    size_t& by_tenant = tenant_held_[lock.tenant];
+    by_tenant -= lock.keys.size();
+    if (by_tenant == 0) tenant_held_.erase(lock.tenant);
     return lock;
   }
   template <class Pred>
@@ -74,6 +85,7 @@ class ReadLocks {
 
   Map locks_;
   std::map<std::string, size_t> held_;
+  std::map<TenantId, size_t> tenant_held_;
   uint64_t next_id_ = 1;
 };
 

@@ -2,6 +2,7 @@
 // reply, or (STORE, RETRIEVE) submits a transfer whose reply finish() sends (F11). A handler
 // may raise only before it changes cache state; CacheService::handle() turns that into an
 // "internal" error reply.
+#include <algorithm>
 #include <stdexcept>
 #include <thread>
 
@@ -28,7 +29,9 @@ std::string_view code_for(ErrorCode code) {
 
 }  // namespace
 
-void CacheService::dispatch(const std::string& client, const Request& r) {
+void CacheService::dispatch(const Envelope& e) {
+  const std::string& client = e.client;
+  const Request& r = e.request;
   ++counters_[std::string("op_") + std::string(to_string(r.op))];
   if (r.hook == TestHook::kThrow) throw std::runtime_error("test hook 'throw'");
   if (r.hook == TestHook::kStall) {  // a slow handler: the socket loop must keep serving meanwhile
@@ -38,26 +41,30 @@ void CacheService::dispatch(const std::string& client, const Request& r) {
     ++counters_["swallowed"];
     return;
   }
-  const bool new_work =
-      r.op == Op::kRegister || r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve;
+  const bool new_work = r.op == Op::kRegister || r.op == Op::kLookup || r.op == Op::kStore ||
+                        r.op == Op::kRetrieve || r.op == Op::kPin;
   if (draining_ && new_work) {
     error(client, r.id, codes::kShuttingDown, "kvtierd is shutting down");
     return;
   }
   switch (r.op) {
     case Op::kRegister:
-      return handle_register(client, r);
+      return handle_register(client, e.tenant, r);
     case Op::kUnregister:
       return handle_unregister(client, r);
     case Op::kLookup:
-      return handle_lookup(client, r);
+      return handle_lookup(client, e.tenant, r);
     case Op::kStore:
     case Op::kRetrieve:
       return handle_transfer(client, r);
     case Op::kRelease:
       return handle_release(client, r);
+    case Op::kPin:
+      return handle_pin(client, e.tenant, r);
+    case Op::kUnpin:
+      return handle_unpin(client, e.tenant, r);
     case Op::kStats:
-      return handle_stats(client, r);
+      return handle_stats(client, e.tenant, r);
     case Op::kShutdown:
       ok(client, r.id);
       draining_ = true;
@@ -77,7 +84,7 @@ CacheService::Session* CacheService::session_of(const std::string& client, uint6
   return &it->second;
 }
 
-void CacheService::handle_register(const std::string& client, const Request& r) {
+void CacheService::handle_register(const std::string& client, TenantId tenant, const Request& r) {
   if (auto it = sessions_.find(client); it != sessions_.end() && !it->second.gone) {
     error(client, r.id, codes::kAlreadyRegistered, "this client is registered already");
     return;
@@ -111,6 +118,7 @@ void CacheService::handle_register(const std::string& client, const Request& r) 
     return;
   }
   Session session;
+  session.tenant = tenant;
   session.rank = r.rank;
   session.layout = r.layout;
   session.memory = std::move(*memory);
@@ -159,11 +167,11 @@ Reply LookupAnswer::reply(uint64_t id) const {
   return r;
 }
 
-void CacheService::handle_lookup(const std::string& client, const Request& r) {
+void CacheService::handle_lookup(const std::string& client, TenantId tenant, const Request& r) {
   LookupAnswer answer;
   {
     std::lock_guard state(state_mu_);
-    answer = lookup_locked(client, r);
+    answer = lookup_locked(client, tenant, r);
   }
   // Read-through, after the hits are locked (a prefetch's slots are never taken from them):
   // keys a lower tier holds become pending, never hits, until poll_tiers() publishes them. The
@@ -177,7 +185,8 @@ void CacheService::handle_lookup(const std::string& client, const Request& r) {
   send(client, answer.reply(r.id));
 }
 
-std::optional<LookupAnswer> CacheService::lookup_now(const std::string& client, const Request& r) {
+std::optional<LookupAnswer> CacheService::lookup_now(const std::string& client, TenantId tenant,
+                                                     const Request& r) {
   try {
     std::lock_guard state(state_mu_);
     if (mover_ && !draining_ && is_registered_locked(client)) {
@@ -185,7 +194,7 @@ std::optional<LookupAnswer> CacheService::lookup_now(const std::string& client, 
       if (!found.pending && found.hit_chunks < r.keys.size()) return std::nullopt;  // tiers
     }
     ++fast_lookups_;
-    LookupAnswer answer = lookup_locked(client, r);
+    LookupAnswer answer = lookup_locked(client, tenant, r);
     if (answer.error) ++fast_errors_;
     return answer;
   } catch (const std::exception& e) {
@@ -198,7 +207,13 @@ std::optional<LookupAnswer> CacheService::lookup_now(const std::string& client, 
   }
 }
 
-LookupAnswer CacheService::lookup_locked(const std::string& client, const Request& r) {
+Reply CacheService::quota_exceeded(uint64_t id, const std::string& what) {
+  ++quota_rejections_;
+  return Reply::error(id, codes::kQuotaExceeded, what);
+}
+
+LookupAnswer CacheService::lookup_locked(const std::string& client, TenantId tenant,
+                                         const Request& r) {
   const auto fail = [&](std::string_view code, std::string_view message) {
     return LookupAnswer{.error = Reply::error(r.id, code, message)};
   };
@@ -212,6 +227,12 @@ LookupAnswer CacheService::lookup_locked(const std::string& client, const Reques
       return fail(codes::kLimitExceeded,
                   "read locks would exceed server.max_locks (" + std::to_string(limit) + " keys)");
     }
+    const uint64_t tenant_limit = tenants_[tenant].limits.max_locks;
+    if (locks_.keys_held_by(tenant) + found.hit_chunks > tenant_limit) {
+      return LookupAnswer{
+          .error = quota_exceeded(r.id, "read locks would exceed the tenant's max_locks (" +
+                                            std::to_string(tenant_limit) + " keys)")};
+    }
     std::vector<ChunkKey> keys(r.keys.begin(), r.keys.begin() + found.hit_chunks);
     auto pinned = cache_.prepare_load(keys);
     if (!pinned) throw std::logic_error("lookup hits not loadable: " + pinned.error().message);
@@ -223,13 +244,15 @@ LookupAnswer CacheService::lookup_locked(const std::string& client, const Reques
     const Duration ttl = r.lock_ms >= max_ms
                              ? max_ttl
                              : Duration(std::chrono::milliseconds(static_cast<int64_t>(r.lock_ms)));
-    lock_id = locks_.add(ReadLock{
-        .client = client, .keys = std::move(keys), .expires = SteadyClock::instance().now() + ttl});
+    lock_id = locks_.add(ReadLock{.client = client,
+                                  .keys = std::move(keys),
+                                  .expires = SteadyClock::instance().now() + ttl,
+                                  .tenant = tenant});
   }
-  TenantCounters& tenant = tenant_of(client);
-  ++tenant.lookups;
-  tenant.hit_chunks += found.hit_chunks;
-  tenant.missed_chunks += r.keys.size() - found.hit_chunks;
+  TenantCounters& counters = counters_of(tenant);
+  ++counters.lookups;
+  counters.hit_chunks += found.hit_chunks;
+  counters.missed_chunks += r.keys.size() - found.hit_chunks;
   return LookupAnswer{.hits = found.hit_chunks, .pending = found.pending, .lock = lock_id};
 }
 
@@ -270,12 +293,26 @@ void CacheService::handle_transfer(const std::string& client, const Request& r) 
           "an earlier transfer of this client was unprovable; it takes no new transfers");
     return;
   }
+  const TenantLimits& limits = tenants_[s->tenant].limits;
+  if (auto t = tenant_transfers_.find(s->tenant);
+      t != tenant_transfers_.end() && t->second >= limits.max_transfers) {
+    send(client,
+         quota_exceeded(r.id, "the tenant has max_transfers (" +
+                                  std::to_string(limits.max_transfers) + ") transfers in flight"));
+    return;
+  }
   std::vector<ChunkTransfer> chunks;
   PendingTransfer pending{.request_id = r.id};
   std::unique_lock state(state_mu_);
   if (r.op == Op::kStore) {
-    auto plan = cache_.prepare_store(r.keys);
+    auto plan = cache_.prepare_store_for(s->tenant, r.keys);
     state.unlock();
+    if (!plan && plan.error() == StoreRefusal::kOverQuota) {
+      send(client, quota_exceeded(r.id, "the store would exceed the tenant's max_slots (" +
+                                            std::to_string(limits.max_slots) +
+                                            ") and it has too few chunks it may evict"));
+      return;
+    }
     if (!plan) {
       error(client, r.id, codes::kResourceExhausted, "no room in the host pool");
       return;
@@ -338,6 +375,7 @@ void CacheService::submit(const std::string& client, Session& s, const Request& 
         FaultPlan::rules({FaultRule{.call = fault_->counts().copy_calls, .fail_at = 0}}));
   }
   s.pending.emplace(job, std::move(pending));
+  ++tenant_transfers_[s.tenant];
   try {
     s.engine->submit(job, direction, chunks);
   } catch (const std::exception& e) {
@@ -360,7 +398,61 @@ void CacheService::handle_release(const std::string& client, const Request& r) {
   ok(client, r.id);
 }
 
-void CacheService::handle_stats(const std::string& client, const Request& r) {
+void CacheService::handle_pin(const std::string& client, TenantId tenant, const Request& r) {
+  // ttl_ms is client input: checked against the configured bound before any conversion (a
+  // huge one is refused, never wrapped; config.cpp bounds max_pin_ttl_s to a year).
+  const double max_ms = options_.config.server.max_pin_ttl_s * 1000.0;
+  if (r.ttl_ms == 0 || static_cast<double>(r.ttl_ms) > max_ms) {
+    error(client, r.id, codes::kInvalidArgument,
+          "ttl_ms must be 1 to " + std::to_string(static_cast<uint64_t>(max_ms)) +
+              " (server.max_pin_ttl_s), got " + std::to_string(r.ttl_ms));
+    return;
+  }
+  const TimePoint expires = SteadyClock::instance().now() +
+                            Duration(std::chrono::milliseconds(static_cast<int64_t>(r.ttl_ms)));
+  std::vector<ChunkKey> keys = r.keys;
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::unique_lock state(state_mu_);
+  std::vector<ChunkKey> fresh;  // not pinned by this tenant yet
+  for (const ChunkKey& k : keys) {
+    if (!pins_.contains(tenant, k)) fresh.push_back(k);
+  }
+  const uint64_t limit = tenants_[tenant].limits.max_pins;
+  if (pins_.held(tenant) + fresh.size() > limit) {
+    state.unlock();
+    send(client, quota_exceeded(r.id, "pins would exceed the tenant's max_pins (" +
+                                          std::to_string(limit) + " keys)"));
+    return;
+  }
+  // All or nothing: every key must be ready (stored and not evicted).
+  if (auto pinned = cache_.prepare_load(fresh); !pinned) {
+    state.unlock();
+    error(client, r.id, codes::kNotFound, pinned.error().message);
+    return;
+  }
+  for (const ChunkKey& k : keys) pins_.pin(tenant, k, expires);
+  const uint64_t held = pins_.held(tenant);
+  state.unlock();
+  ok(client, r.id, {{"pinned", keys.size()}, {"tenant_pinned_keys", held}});
+}
+
+void CacheService::handle_unpin(const std::string& client, TenantId tenant, const Request& r) {
+  std::vector<ChunkKey> keys = r.keys;
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::unique_lock state(state_mu_);
+  std::vector<ChunkKey> unpinned;
+  for (const ChunkKey& k : keys) {
+    if (pins_.unpin(tenant, k)) unpinned.push_back(k);
+  }
+  release_pins(unpinned);
+  const uint64_t held = pins_.held(tenant);
+  state.unlock();
+  ok(client, r.id, {{"unpinned", unpinned.size()}, {"tenant_pinned_keys", held}});
+}
+
+void CacheService::handle_stats(const std::string& client, TenantId tenant, const Request& r) {
   std::map<std::string, uint64_t> f = counters_;
   f["boot_id"] = boot_id_;
   f["clients"] = sessions_.size();
@@ -383,12 +475,21 @@ void CacheService::handle_stats(const std::string& client, const Request& r) {
   f["cache_audit_ok"] = cache_.audit().has_value() ? 1 : 0;
   // The asking client's own share, for a client that audits its bookkeeping against kvtierd's.
   f["client_locked_keys"] = locks_.keys_held(client);
+  // Tenants: the asking client's tenant's share (docs/protocol.md, "Tenants").
+  f["pins"] = pins_.size();
+  f["tenant_pinned_keys"] = pins_.held(tenant);
+  f["tenant_locked_keys"] = locks_.keys_held_by(tenant);
+  f["tenant_slots"] = cache_.slots_owned(tenant);
   state.unlock();
+  const auto transfers = tenant_transfers_.find(tenant);
+  f["tenant_transfers_in_flight"] = transfers == tenant_transfers_.end() ? 0 : transfers->second;
+  f["quota_rejections"] = quota_rejections_.load();
+  f["auth_refused"] = loop_.auth_refused.load();
   const auto session = sessions_.find(client);
   f["client_transfers_in_flight"] = session == sessions_.end() ? 0 : session->second.pending.size();
   add_tier_stats(f);
   // Per tenant "tenant.<name>.<counter>" and "tenant.<name>.rejected.<code>" (error replies).
-  for (const TenantCounters* t : tenants_.tenants()) {
+  for (const TenantCounters* t : tenant_metrics_.tenants()) {
     add_stats(f, "tenant." + t->name + ".", *t);
     for (const auto& [code, n] : t->rejections()) f["tenant." + t->name + ".rejected." + code] = n;
   }

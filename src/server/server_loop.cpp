@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -14,8 +15,10 @@
 #include <zmq_addon.hpp>
 
 #include "cache_service.h"
+#include "endpoint_access.h"
 #include "kvtier/core/log.h"
 #include "kvtier/server/server.h"
+#include "zap_handler.h"
 
 namespace kvtier::server {
 namespace {
@@ -26,6 +29,7 @@ constexpr auto kPollInterval = milliseconds(50);
 constexpr size_t kMaxMessagesPerWakeup = 256;
 
 struct Peer {
+  TenantId tenant = kDefaultTenant;  // of its first message; a routing id keeps its tenant
   TimePoint last_seen;
   uint32_t in_flight = 0;
   // Posted to the service and not yet dispatched there (CacheService's QueuedCount).
@@ -110,6 +114,9 @@ class SocketLoop {
   // to the service.
   void admit_one(const std::string& client, Peer& peer, Result<Request> request, uint64_t id,
                  Answers& now);
+  // The tenant of a request message: its "User-Id" (set by the ZAP handler) under CURVE, else
+  // the default tenant; nullopt when a CURVE message names no known tenant.
+  std::optional<TenantId> tenant_of(zmq::message_t& message) const;
   // One reply from the service: the empty routing id marks the drain.
   void forward(std::vector<zmq::message_t>& parts);
   void answer(const std::string& client, const Reply& reply) {
@@ -129,7 +136,9 @@ class SocketLoop {
   HostDevice host_;
   std::unique_ptr<FaultInjectingDevice> fault_;  // under test hooks
   std::unique_ptr<HostPool> pool_;
+  Tenants tenants_;
   zmq::context_t context_;
+  std::unique_ptr<ZapHandler> zap_;  // under CURVE; before context_ ends
   zmq::socket_t router_;
   zmq::socket_t replies_;
   LoopCounters counters_;
@@ -148,6 +157,7 @@ SocketLoop::SocketLoop(const ServerOptions& options, uint64_t boot_id)
       limits_{.max_frame_bytes = options.config.server.max_frame_bytes},
       client_timeout_(seconds_to_duration(options.config.server.client_timeout_s)),
       max_in_flight_(options.config.server.max_requests_in_flight),
+      tenants_(Tenants::single(options.config)),
       router_(context_, zmq::socket_type::router),
       replies_(context_, zmq::socket_type::pull) {
   if (options.test_hooks) fault_ = std::make_unique<FaultInjectingDevice>(host_, FaultPlan{});
@@ -172,6 +182,21 @@ Result<std::unique_ptr<SocketLoop>> SocketLoop::setup(const ServerOptions& optio
   loop->pool_ = std::move(*pool);
   auto tiers = make_server_tiers(config);  // a bad disk_path / redis_url ends startup here
   if (!tiers) return std::unexpected(tiers.error());
+  std::string warning;
+  if (Status st = check_endpoint_access(config.server, warning); !st) {
+    return std::unexpected(st.error());
+  }
+  if (!warning.empty()) log_warning(warning);
+  if (!config.server.tenants_file.empty()) {
+    auto tenants = Tenants::load(config.server.tenants_file, config, num_slots);
+    if (!tenants) return std::unexpected(tenants.error());
+    loop->tenants_ = std::move(*tenants);
+    if (Status st = enable_curve_server(loop->router_, config.server); !st) {
+      return std::unexpected(st.error());
+    }
+    loop->zap_ =
+        std::make_unique<ZapHandler>(loop->context_, loop->tenants_, loop->counters_.auth_refused);
+  }
 
   zmq::socket_t& router = loop->router_;
   // The farewell `shutdown` events must leave before the socket closes, on a loaded machine too
@@ -181,17 +206,13 @@ Result<std::unique_ptr<SocketLoop>> SocketLoop::setup(const ServerOptions& optio
   // memory bound); frames past max_frame_bytes get a too_large error reply.
   router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(std::min<uint64_t>(
                                            config.server.max_frame_bytes * 16, INT32_MAX)));
-  try {
-    router.bind(config.server.endpoint);
-  } catch (const zmq::error_t& e) {
-    return make_error(ErrorCode::kUnavailable,
-                      "cannot bind " + config.server.endpoint + ": " + e.what());
-  }
+  if (Status st = bind_endpoint(router, config.server); !st) return std::unexpected(st.error());
   loop->replies_.bind(kReplyEndpoint);
 
   SocketLoop* l = loop.get();
   loop->service_ = std::make_unique<CacheService>(
-      options, loop->host_, device, loop->fault_.get(), *loop->pool_, boot_id, loop->counters_,
+      options, loop->tenants_, loop->host_, device, loop->fault_.get(), *loop->pool_, boot_id,
+      loop->counters_,
       [l](const std::string& client, const Reply& reply) {
         zmq::socket_t& s = l->push_socket();
         s.send(zmq::buffer(client), zmq::send_flags::sndmore);
@@ -243,9 +264,35 @@ void SocketLoop::pump() {
   }
 }
 
+std::optional<TenantId> SocketLoop::tenant_of(zmq::message_t& message) const {
+  if (!tenants_.curve()) return kDefaultTenant;
+  const char* user = zmq_msg_gets(message.handle(), "User-Id");
+  if (user == nullptr) return std::nullopt;
+  return tenants_.by_name(user);
+}
+
 void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& parts) {
-  Peer& peer = peers_[client];
+  const std::optional<TenantId> tenant = tenant_of(parts.back());
+  auto [it, fresh] = peers_.try_emplace(client);
   peer_count_ = peers_.size();
+  Peer& peer = it->second;
+  if (fresh && tenant) {
+    peer.tenant = *tenant;
+    service_->bind_tenant(client, *tenant);
+  }
+  if (!tenant || peer.tenant != *tenant) {
+    // A routing id names one client's session, locks and in-flight count: a connection of
+    // another tenant that reuses it (after the first disconnected) reaches none of them.
+    ++counters_.requests;
+    ++counters_.rejected_frames;
+    if (fresh) {
+      peers_.erase(it);
+      peer_count_ = peers_.size();
+    }
+    answer(client, Reply::error(0, codes::kPermissionDenied,
+                                "this routing id belongs to a client of another tenant"));
+    return;
+  }
   peer.last_seen = SteadyClock::instance().now();
   if (parts.size() != 2) {
     ++counters_.requests;
@@ -287,6 +334,9 @@ void SocketLoop::admit_one(const std::string& client, Peer& peer, Result<Request
     now.add(Reply::error(id, code, message));
     return;
   }
+  // The keys as the client's tenant's namespace holds them: from here on, every part of the
+  // server sees only scoped keys (tenants.h).
+  tenants_.scope(peer.tenant, request->keys);
   if (request->hook != TestHook::kNone && !options_.test_hooks) {
     now.add(Reply::error(id, codes::kInvalidArgument,
                          "test hooks are disabled (start kvtierd with --test-hooks)"));
@@ -313,7 +363,7 @@ void SocketLoop::admit_one(const std::string& client, Peer& peer, Result<Request
   // of this client still waits there (it must take effect first) or the lower tiers must be
   // asked (lookup_now declines).
   if (request->op == Op::kLookup && request->hook == TestHook::kNone && peer.queued->load() == 0) {
-    if (std::optional<LookupAnswer> answer = service_->lookup_now(client, *request)) {
+    if (std::optional<LookupAnswer> answer = service_->lookup_now(client, peer.tenant, *request)) {
       if (answer->error) {
         now.add(*answer->error);
       } else {
@@ -325,7 +375,7 @@ void SocketLoop::admit_one(const std::string& client, Peer& peer, Result<Request
   }
   ++peer.in_flight;
   peer.queued->fetch_add(1);
-  service_->post(Envelope{client, std::move(*request), peer.queued});
+  service_->post(Envelope{client, peer.tenant, std::move(*request), peer.queued});
 }
 
 void SocketLoop::forward(std::vector<zmq::message_t>& parts) {
@@ -348,6 +398,7 @@ void SocketLoop::reap(TimePoint now) {
           "client silent past server.client_timeout_s: gone",
           {{"client", client_label(it->first)}, {"tenant", service_->tenant_of(it->first).name}});
       service_->client_gone(it->first);
+      service_->unbind_tenant(it->first);
       it = peers_.erase(it);
       peer_count_ = peers_.size();
     } else {

@@ -14,21 +14,22 @@ namespace kvtier::testing {
 
 constexpr double kServerHeartbeatS = 0.1;  // client PINGs: kvtierd's death is seen within 0.2 s
 
-// One rank's share of a chunk of `group` fits a slot of this kvtierd.
+// One rank's share of a chunk of `group` fits a slot of this kvtierd. `extra` settings follow.
 inline std::unique_ptr<KvtierdProcess> start_kvtierd(const KvGroup& g, const std::string& endpoint,
-                                                     bool test_hooks = false) {
-  return std::make_unique<KvtierdProcess>(
-      endpoint,
-      std::vector<std::string>{"layout.layers=" + std::to_string(g.layers),
-                               "layout.kv_heads=" + std::to_string(g.kv_heads),
-                               "layout.head_dim=" + std::to_string(g.head_dim),
-                               "layout.dtype_bytes=" + std::to_string(g.dtype_bytes),
-                               "layout.block_size=" + std::to_string(g.block_size),
-                               "layout.blocks_per_chunk=" + std::to_string(g.blocks_per_chunk),
-                               "cache.host_bytes=" + std::to_string(64ull << 20),
-                               "server.heartbeat_interval_s=" + std::to_string(kServerHeartbeatS),
-                               "server.client_timeout_s=2"},
-      test_hooks);
+                                                     bool test_hooks = false,
+                                                     const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> settings{
+      "layout.layers=" + std::to_string(g.layers),
+      "layout.kv_heads=" + std::to_string(g.kv_heads),
+      "layout.head_dim=" + std::to_string(g.head_dim),
+      "layout.dtype_bytes=" + std::to_string(g.dtype_bytes),
+      "layout.block_size=" + std::to_string(g.block_size),
+      "layout.blocks_per_chunk=" + std::to_string(g.blocks_per_chunk),
+      "cache.host_bytes=" + std::to_string(64ull << 20),
+      "server.heartbeat_interval_s=" + std::to_string(kServerHeartbeatS),
+      "server.client_timeout_s=2"};
+  settings.insert(settings.end(), extra.begin(), extra.end());
+  return std::make_unique<KvtierdProcess>(endpoint, settings, test_hooks);
 }
 
 inline Config server_mode(Config c, const std::string& endpoint) {

@@ -8,6 +8,7 @@
 #include "connector/kvtierd_for_connector.h"
 #include "engine/core_process_harness.h"
 #include "engine/engine_runs.h"
+#include "server/curve_key_dir.h"
 
 namespace kvtier::testing {
 namespace {
@@ -30,6 +31,31 @@ TEST(EngineCoreServerMode, SharedPrefixEvictedFromTheDeviceIsServedByKvtierdWith
   EXPECT_GE(on.counters.value("kvtier_hit_tokens_total", 0), 384) << on.counters.dump();
   EXPECT_EQ(on.counters.value("kvtier_loads_failed_total", -1), 0) << on.counters.dump();
   EXPECT_FALSE(on.counters.contains("kvtier_host_slots_ready")) << "no in-process host cache";
+}
+
+// The same over CURVE: kvtierd admits the engine's key (its tenants file), and the engine's
+// workers and core connect with the fields server.curve_server_key / server.curve_key_file,
+// which `kvtier serve` passes to every process in its config file.
+TEST(EngineCoreServerMode, OverCurveTheEnginesKeyIsAdmittedAndServedTheSamePrefix) {
+  if (!server::curve_available()) GTEST_SKIP() << "libzmq without CURVE";
+  CurveKeyDir keys;
+  const server::CurveKeyPair server_keys = keys.make("server");
+  const server::CurveKeyPair engine_keys = keys.make("engine");
+  const auto tenants = keys.write(
+      "tenants.yaml", "tenants:\n  engine: {keys: [\"" + engine_keys.public_key + "\"]}\n");
+  const RunResult off = shared_prefix_run(small_device(false, 2));
+  Config config = server_mode(small_device(true, 2), unique_endpoint());
+  config.server.curve_server_key = server_keys.public_key;
+  config.server.curve_key_file = keys.file("engine.key").string();
+  const auto kvtierd =
+      start_kvtierd(engine_shape(config).layout.groups.at(0), config.server.endpoint, false,
+                    {"server.tenants_file=" + tenants.string(),
+                     "server.curve_key_file=" + keys.file("server.key").string()});
+  const RunResult on = shared_prefix_run(config);
+  EXPECT_EQ(on.outputs, off.outputs);
+  ASSERT_EQ(on.cached.size(), 6u);
+  EXPECT_GE(on.cached[3], 384u) << "A's prefix (24 blocks) comes back from kvtierd";
+  EXPECT_EQ(on.counters.value("kvtier_loads_failed_total", -1), 0) << on.counters.dump();
 }
 
 // Outputs and cached tokens of `prompts`, one after the other.

@@ -92,6 +92,17 @@ TEST(ProtocolCodec, EachOperationRoundTripsItsOwnFields) {
   ASSERT_TRUE(rel) << rel.error().message;
   EXPECT_EQ(rel->lock, 9u);
   EXPECT_EQ(rel->hook, TestHook::kStall);
+  Request pin{.id = 4, .op = Op::kPin, .keys = {ChunkKey{7, 8}}, .ttl_ms = 1500};
+  auto p = decode_request(as_bytes(encode_request(pin)), DecodeLimits{});
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_EQ(p->op, Op::kPin);
+  EXPECT_EQ(p->keys, pin.keys);
+  EXPECT_EQ(p->ttl_ms, 1500u);
+  Request unpin{.id = 5, .op = Op::kUnpin, .keys = {ChunkKey{7, 8}}};
+  auto u = decode_request(as_bytes(encode_request(unpin)), DecodeLimits{});
+  ASSERT_TRUE(u) << u.error().message;
+  EXPECT_EQ(u->op, Op::kUnpin);
+  EXPECT_EQ(u->keys, unpin.keys);
 }
 
 TEST(ProtocolCodec, F11_AnOperationsRequiredFieldsAreChecked) {
@@ -100,6 +111,11 @@ TEST(ProtocolCodec, F11_AnOperationsRequiredFieldsAreChecked) {
             codes::kMalformed);  // no lock
   EXPECT_EQ(error_code(decode_request(as_bytes(frame(1, "1", "LOOKUP")), limits)),
             codes::kMalformed);  // no keys
+  const std::string pin_without_ttl = frame(1, "1", "PIN", 1, [](auto& pk) {
+    pk.pack("keys");
+    pk.pack_array(0);
+  });
+  EXPECT_EQ(error_code(decode_request(as_bytes(pin_without_ttl), limits)), codes::kMalformed);
   const std::string register_without_memory = frame(1, "1", "REGISTER", 1, [](auto& pk) {
     pk.pack("layout");
     pk.pack_map(0);

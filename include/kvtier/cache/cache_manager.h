@@ -22,11 +22,18 @@
 // complete_store is harmless (idempotent) as long as no new store of the same keys was prepared
 // in between.
 //
+// Owners (owner_quota.h): every pending or ready key is charged to the owner whose store made
+// it pending (owner 0 unless prepare_store_for names one). A store evicts in the policy's order
+// among the chunks it may evict: its owner's own, and another owner's only while that owner keeps
+// more than its guaranteed_slots afterwards. A store that would take its owner past max_slots
+// first evicts that owner's own chunks (and is refused when it cannot).
+//
 // Thread-safety: none. One thread owns the manager (the scheduler); calls must be serialized.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <expected>
 #include <memory>
 #include <optional>
 #include <span>
@@ -36,6 +43,7 @@
 #include "kvtier/cache/cache_counters.h"
 #include "kvtier/cache/cache_event.h"
 #include "kvtier/cache/eviction_policy.h"
+#include "kvtier/cache/owner_quota.h"
 #include "kvtier/cache/slot_id.h"
 #include "kvtier/core/chunk_key.h"
 #include "kvtier/core/status.h"
@@ -91,6 +99,17 @@ class CacheManager {
   // not among `keys`. All-or-nothing: when that cannot make room for every absent key, returns
   // nullopt and changes nothing.
   std::optional<StorePlan> prepare_store(std::span<const ChunkKey> keys);
+  // The same for `owner`: the keys it makes pending are charged to it, and it evicts as the
+  // owner rules above allow. All-or-nothing as well: a refusal changes nothing but the
+  // stores_rejected counter.
+  std::expected<StorePlan, StoreRefusal> prepare_store_for(OwnerId owner,
+                                                           std::span<const ChunkKey> keys);
+
+  // Sets an owner's quota (the default: none). A quota below what the owner holds now evicts
+  // nothing: its next store evicts its own chunks first.
+  void set_quota(OwnerId owner, OwnerQuota quota);
+  // Pending and ready keys charged to `owner`.
+  size_t slots_owned(OwnerId owner) const;
 
   // Ends a store. kSucceeded: its pending keys become ready and one kStored event lists them.
   // kFailed (F3): its pending keys are removed and their slots freed, no event; keys that are
@@ -143,10 +162,17 @@ class CacheManager {
     KeyState state = KeyState::kPending;
     uint32_t pins = 0;
     bool quarantined = false;  // ready key whose load was Unprovable (F7)
+    OwnerId owner = kDefaultOwner;
   };
 
   bool evictable(const ChunkKey& key) const;
   void drop_ready(const ChunkKey& key);
+  // Removes an indexed key's charge to its owner (every path that erases it from index_).
+  void uncharge(const Entry& entry);
+  // Victims for `owner`'s store that needs `n` more slots, as the owner rules allow, none of them
+  // in `keep`; fewer than n when no more may be evicted.
+  std::vector<ChunkKey> choose_victims_for(OwnerId owner, size_t n,
+                                           const EvictablePredicate& keep) const;
 
   const size_t num_slots_;
   const size_t slot_bytes_;
@@ -158,6 +184,10 @@ class CacheManager {
   size_t num_pinned_ = 0;             // ready, not quarantined, pins > 0
   size_t num_quarantined_ready_ = 0;  // by quarantine_load: key still indexed
   CacheCounters stats_;               // event counts; slot counts are computed
+  // Owners: their quotas (an owner without an entry has none), and the pending + ready keys
+  // charged to each (only owners with some).
+  std::unordered_map<OwnerId, OwnerQuota> quotas_;
+  std::unordered_map<OwnerId, size_t> owned_;
   std::vector<CacheEvent> events_;
 };
 

@@ -155,6 +155,14 @@ struct ServerConfig {
   uint64_t max_frame_bytes = uint64_t{1} << 20;
   uint32_t metrics_port = 0;               // HTTP /metrics and /health; 0: none
   std::string metrics_host = "127.0.0.1";  // address the metrics port listens on
+  // Access control (docs/operations.md): CURVE on the server with a tenants file, or none.
+  std::string curve_key_file;    // this process's CURVE key pair (kvtier keygen)
+  std::string curve_server_key;  // client: kvtierd's public key (Z85); set: connect with CURVE
+  std::string tenants_file;      // server: admitted public keys, tenants, quotas; set: CURVE
+  bool insecure = false;         // server: allow tcp:// without CURVE
+  std::string ipc_group;         // server: group that may use an ipc:// socket (else owner only)
+  uint32_t max_pins = 1024;      // server: pinned keys per tenant (default of the tenants file)
+  double max_pin_ttl_s = 86400;  // server: longest PIN ttl
 
   bool operator==(const ServerConfig&) const = default;
 };

@@ -30,6 +30,7 @@
 
 #include "kvtier/core/clock.h"
 #include "kvtier/core/config.h"
+#include "kvtier/server/curve_keys.h"
 #include "kvtier/server/protocol.h"
 #include "kvtier/transfer/transfer_result.h"
 
@@ -54,9 +55,16 @@ struct ClientOptions {
   Duration request_timeout = std::chrono::seconds(5);
   Duration transfer_deadline = std::chrono::seconds(40);
   Duration connect_timeout = std::chrono::seconds(5);
+  // CURVE (docs/operations.md): with curve_server_key set, the client connects as a CURVE client
+  // with its own key pair `curve_keys` and admits only a server holding that key. A server that
+  // refuses the key never answers: the client stays DEGRADED ("connecting").
+  std::string curve_server_key;  // kvtierd's public key, Z85; empty: no CURVE
+  CurveKeyPair curve_keys;       // this client's key pair (its public key is in the tenants file)
 
   // From the `server` and `transfer` sections: the transfer deadline is transfer_deadline_s +
-  // completion_margin_s, so that the server's own (engine) deadline decides first.
+  // completion_margin_s, so that the server's own (engine) deadline decides first. With
+  // server.curve_server_key set, reads the key pair file server.curve_key_file; throws
+  // std::invalid_argument (naming the field) when it cannot.
   static ClientOptions from_config(const Config& config);
 };
 
@@ -108,6 +116,12 @@ class CacheClient {
   // registering again: the client stays DEGRADED ("unregistered") until destroyed. Fails with
   // "busy" while transfers are in flight.
   std::future<Status> unregister();
+  // PIN / UNPIN (docs/protocol.md): the keys (all stored) stay cached for `ttl` (whole
+  // milliseconds; at most the server's max_pin_ttl_s), whatever else is stored, until unpinned.
+  // A pin belongs to this client's tenant, not to the client. Replies carry "pinned" /
+  // "unpinned" and "tenant_pinned_keys".
+  std::future<Result<Reply>> pin(std::vector<ChunkKey> keys, Duration ttl);
+  std::future<Result<Reply>> unpin(std::vector<ChunkKey> keys);
   std::future<Result<Reply>> stats();
   std::future<Result<Reply>> ping();
   std::future<Status> shutdown_server();

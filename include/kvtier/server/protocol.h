@@ -47,7 +47,9 @@ enum class Op {
   kRelease,
   kPing,
   kStats,
-  kShutdown
+  kShutdown,
+  kPin,
+  kUnpin
 };
 
 std::string_view to_string(Op op);
@@ -89,6 +91,9 @@ inline constexpr std::string_view kUnprovable = "unprovable";           // copie
 inline constexpr std::string_view kShuttingDown = "shutting_down";
 inline constexpr std::string_view kInternal = "internal";               // a handler raised
 inline constexpr std::string_view kUnsealedMemory = "unsealed_memory";  // REGISTER: not sealed
+inline constexpr std::string_view kQuotaExceeded = "quota_exceeded";    // over a tenant's quota
+// A routing id in use by a client of another tenant.
+inline constexpr std::string_view kPermissionDenied = "permission_denied";
 }  // namespace codes
 
 // The client's KV cache as the server reaches it: one file holding every tensor of every group
@@ -116,12 +121,13 @@ struct Request {
   uint32_t rank = 0;
   KvLayout layout;
   SharedKvMemory memory;
-  // LOOKUP / STORE / RETRIEVE
+  // LOOKUP / STORE / RETRIEVE / PIN / UNPIN
   std::vector<ChunkKey> keys;
   uint64_t lock_ms = 0;  // LOOKUP: hold a read lock on the hits this long (0: no lock)
   uint32_t group = 0;    // STORE / RETRIEVE
   std::vector<std::vector<uint32_t>> blocks;  // STORE / RETRIEVE: device blocks per key
-  uint64_t lock = 0;  // RETRIEVE (optional, released after pinning) / RELEASE
+  uint64_t lock = 0;    // RETRIEVE (optional, released after pinning) / RELEASE
+  uint64_t ttl_ms = 0;  // PIN: how long the keys stay pinned (1 .. server.max_pin_ttl_s)
 };
 
 // `text` as an error reply's "msg": valid UTF-8 (each byte of a malformed sequence becomes

@@ -34,7 +34,7 @@ MEMORY_BYTES = TENSOR * LAYOUT["layers"]
 SETTINGS = [f"layout.{k}={v}" for k, v in LAYOUT.items()] + [
     "server.heartbeat_interval_s=0.25", "server.client_timeout_s=5",
     "cache.host_bytes=196608",          # 64 slots of 3 KiB
-    "server.max_frame_bytes=4096", "server.max_locks=8",
+    "server.max_frame_bytes=4096", "server.max_locks=8", "server.max_pins=3",
     "transfer.transfer_deadline_s=1",
 ]
 TIMEOUT_MS = 5000
@@ -261,6 +261,24 @@ def test_store_lookup_retrieve_release_round_trip(registered):
     assert c.call({"op": "STATS"})["client_locked_keys"] == 0   # the RETRIEVE released it
     lock = c.call({"op": "LOOKUP", "keys": keys, "lock_ms": 5000})["lock"]
     assert c.call({"op": "RELEASE", "lock": lock})["ok"]
+
+
+def test_pin_unpin_round_trip_and_pin_quota(registered):
+    """PIN keeps stored keys cached until UNPIN or its TTL; the tenant's pins are bounded
+    (server.max_pins = 3 here) and shown in STATS."""
+    c, _ = registered
+    keys = [key(500 + i) for i in range(4)]
+    for k in keys:
+        assert c.call({"op": "STORE", "keys": [k], "blocks": blocks(0, 1)})["ok"]
+    pinned = c.call({"op": "PIN", "keys": keys[:2] + keys[:1], "ttl_ms": 60000})
+    assert pinned["ok"] and pinned["pinned"] == 2 and pinned["tenant_pinned_keys"] == 2
+    stats = c.call({"op": "STATS"})
+    assert stats["pins"] == 2 and stats["tenant_pinned_keys"] == 2 and stats["slots_pinned"] >= 2
+    expect_error(c.call({"op": "PIN", "keys": keys[2:], "ttl_ms": 60000}), "quota_exceeded")
+    expect_error(c.call({"op": "PIN", "keys": [key(599)], "ttl_ms": 60000}), "not_found")
+    unpinned = c.call({"op": "UNPIN", "keys": keys})
+    assert unpinned["ok"] and unpinned["unpinned"] == 2 and unpinned["tenant_pinned_keys"] == 0
+    assert c.call({"op": "STATS"})["pins"] == 0
 
 
 def documented_stats_fields():
@@ -492,6 +510,12 @@ HOSTILE = [  # name, request fields, code (None: any error), whether the id must
      "invalid_argument", True),
     ("negative lock_ms", {"op": "LOOKUP", "keys": [b"\x00" * 16], "lock_ms": -1}, "malformed",
      True),
+    ("negative ttl_ms", {"op": "PIN", "keys": [b"\x00" * 16], "ttl_ms": -1}, "malformed", True),
+    ("zero ttl_ms", {"op": "PIN", "keys": [b"\x00" * 16], "ttl_ms": 0}, "invalid_argument",
+     True),
+    ("ttl_ms past max_pin_ttl_s", {"op": "PIN", "keys": [b"\x00" * 16], "ttl_ms": (1 << 64) - 1},
+     "invalid_argument", True),
+    ("PIN without ttl_ms", {"op": "PIN", "keys": [b"\x00" * 16]}, "malformed", True),
     ("huge rank", {"op": "REGISTER", "rank": 1 << 40}, "malformed", True),
     ("negative id", {"op": "PING", "id": -5}, "malformed", False),
     ("key of 15 bytes", {"op": "LOOKUP", "keys": [b"\x00" * 15]}, "malformed", True),
