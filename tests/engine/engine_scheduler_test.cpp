@@ -114,8 +114,10 @@ bool progressed(const ProgressSnapshot& before, const ProgressSnapshot& after) {
   return false;
 }
 
-void run_scenario(uint64_t seed) {
-  const Scenario s = make_scenario(seed);
+void run_scenario(uint64_t seed, TransferGranularity granularity) {
+  Scenario s = make_scenario(seed);
+  s.config.connector.transfer_granularity = granularity;
+  s.describe += std::string(", transfers per ") + std::string(to_string(granularity));
   SCOPED_TRACE(s.describe);
   SchedulerRig rig(s.config, s.faults);
   // Generous but finite: each request alone needs its prefill chunks and one step per token;
@@ -164,7 +166,11 @@ void run_scenario(uint64_t seed) {
   EXPECT_FALSE(rig.scheduler().fail_stopped()) << rig.scheduler().fail_stop_reason();
 }
 
-TEST(EngineScheduler, H8_RandomizedMemoryPressureFinishesEveryRequestWithTheSameOutput) {
+// Both transfer granularities (layer-wise: a loading request computed in its load's step).
+class EngineSchedulerGranularity : public ::testing::TestWithParam<TransferGranularity> {};
+
+TEST_P(EngineSchedulerGranularity,
+       H8_RandomizedMemoryPressureFinishesEveryRequestWithTheSameOutput) {
 #if defined(KVTIER_TSAN_BUILD)
   constexpr uint64_t kSeeds = 4;  // every memory access is checked: slower still than ASan
 #elif defined(KVTIER_SANITIZED)
@@ -173,10 +179,15 @@ TEST(EngineScheduler, H8_RandomizedMemoryPressureFinishesEveryRequestWithTheSame
   constexpr uint64_t kSeeds = 60;
 #endif
   for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
-    run_scenario(seed);
+    run_scenario(seed, GetParam());
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(EngineScheduler, EngineSchedulerGranularity,
+                         ::testing::Values(TransferGranularity::kRequest,
+                                           TransferGranularity::kLayer),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST(EngineScheduler, H8_RequestThatCanNeverFitTheDeviceIsRejected) {
   Config c = base_config(0);
