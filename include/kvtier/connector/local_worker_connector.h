@@ -4,9 +4,9 @@
 // chunk).
 //
 // In addition to WorkerConnector's contract:
-// - start_load submits the stores queued last step first: they read KV the previous forward
-//   pass wrote, and the TransferEngine fences them behind that compute (F10); so this step's
-//   stores never delay sampling.
+// - Whole-request: start_load submits the stores queued last step first: they read KV the
+//   previous forward pass wrote, and the TransferEngine fences them behind that compute (F10);
+//   so this step's stores never delay sampling.
 // - A job's verdict is the TransferEngine's outcome. Layer-wise (TransferGranularity::kLayer),
 //   a job goes to the TransferEngine as one transfer per (group, layer) that it has chunks in
 //   (ChunkTransfer::layer), under ids this connector issues; so the engine's per-direction FIFO
@@ -14,7 +14,7 @@
 //   the job's verdict is the worst of its layers' outcomes, once all of them are reported.
 //   start_load submits the step's loads layer-major (layer 0 of every load, then layer 1, …) and
 //   takes the step's stores, which save_layer sends layer by layer; queue_stores sends the
-//   layers not saved yet (an engine that saved none moves them whole after its forward pass).
+//   layers not saved yet (an engine that saved none sends them all after its forward pass).
 // - register_kv_caches comes first, once; the caller owns the caches and the pool, which must
 //   outlive every copy (the device drained).
 //
