@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -379,6 +380,98 @@ void run_pressure(const WorkloadBenchOptions& o, const std::string& exe, std::os
   }
 }
 
+// Layer-wise against whole-request loads: two host-cache servers, connector.transfer_granularity
+// request and layer, taking turns on the same requests. Each request is a long document whose KV
+// the host cache holds but the device no longer does, then a short question: its TTFT is the
+// load of the document's KV plus the compute of the question over it, one after the other
+// (request) or overlapped layer by layer (layer). The model is shaped so that the two take
+// comparable time: its KV is large for its compute (kLayerwiseModel; 32 KiB of KV per token and
+// rank), a question of a few tokens attends over the whole document, and every layer's loaded
+// KV is read by that layer's attention. layerwise_speedup = TTFT p50 request ÷ TTFT p50 layer.
+const char* const kLayerwiseModel[] = {"model.layers=8",   "model.q_heads=8",
+                                       "model.kv_heads=8", "model.head_dim=64",
+                                       "model.hidden=256", "model.mlp_dim=512"};
+
+bool run_layerwise(const WorkloadBenchOptions& o, const std::string& exe, Progress& progress,
+                   std::ostream& out) {
+  constexpr size_t kDocuments = 6;  // the device holds two prompts: each one returns from host
+  constexpr size_t kRounds = 5;
+  const size_t chunk_tokens = kBlock * kBlocksPerChunk;
+  const size_t document =
+      std::max<size_t>(1, o.sizes.document_tokens / chunk_tokens) * chunk_tokens;
+  std::mt19937_64 rng(o.seed);
+  std::vector<std::string> documents;
+  for (size_t d = 0; d < kDocuments; ++d) documents.push_back(filler_text(rng, document));
+  // One token: what is computed after the load is that token attending over the document.
+  auto question = [](size_t round) { return std::string(1, "?!.,;:"[round % 6]); };
+  const size_t longest = document + question(kRounds).size();
+  const size_t prompt_blocks = (longest + o.sizes.answer_tokens + kBlock - 1) / kBlock;
+  std::vector<std::string> base =
+      base_sets(o.world_size, 2 * prompt_blocks + 16, std::max<size_t>(4096, longest + 512));
+  base.insert(base.end(), std::begin(kLayerwiseModel), std::end(kLayerwiseModel));
+  base.push_back("connector.enabled=true");
+  const uint64_t chunk_bytes = chunk_bytes_of(base);
+  // Every document's chunks fit the host cache.
+  base.push_back("cache.host_bytes=" + std::to_string((kDocuments + 2) * (document / chunk_tokens) *
+                                                      chunk_bytes / o.world_size));
+
+  const std::array<std::string, 2> modes = {"request", "layer"};
+  std::vector<ModeServer> servers;
+  for (const std::string& mode : modes) {
+    progress.show("workload: layerwise: starting " + mode);
+    std::vector<std::string> sets = base;
+    sets.push_back("connector.transfer_granularity=" + mode);
+    sets.insert(sets.end(), o.extra_sets.begin(), o.extra_sets.end());
+    servers.push_back(
+        ModeServer{.cache = mode, .serve = std::make_unique<ServeInstance>(exe, sets)});
+  }
+  // Every document's KV goes to both host caches.
+  for (size_t d = 0; d < kDocuments; ++d) {
+    for (ModeServer& m : servers)
+      m.serve->complete(documents[d] + question(0), o.sizes.answer_tokens);
+  }
+  std::array<std::vector<double>, 2> ttft;
+  std::array<std::vector<std::string>, 2> outputs;
+  std::array<Counters, 2> before = {servers[0].counters(), servers[1].counters()};
+  for (size_t round = 1; round <= kRounds; ++round) {
+    for (size_t d = 0; d < kDocuments; ++d) {
+      progress.show("workload: layerwise: round " + std::to_string(round) + ", document " +
+                    std::to_string(d));
+      for (size_t k = 0; k < 2; ++k) {
+        const size_t m = (k + d + round) % 2;  // the order alternates
+        const auto [ms, text] =
+            servers[m].serve->complete(documents[d] + question(round), o.sizes.answer_tokens);
+        ttft[m].push_back(ms);
+        outputs[m].push_back(text);
+      }
+    }
+  }
+  const Counters moved[2] = {servers[0].counters() - before[0], servers[1].counters() - before[1]};
+  const double whole = percentile(ttft[0], 0.5), layer = percentile(ttft[1], 0.5);
+  const bool identical = outputs[0] == outputs[1];
+  std::string model;
+  for (const char* set : kLayerwiseModel) model += std::string(model.empty() ? "" : " ") + set;
+  emit(out, o.json,
+       nlohmann::ordered_json{
+           {"bench", "layerwise"},
+           {"scenario", "layerwise"},
+           {"model", model},
+           {"kv_bytes_per_token", static_cast<double>(chunk_bytes) / chunk_tokens},
+           {"prefix_tokens", document},
+           {"requests", ttft[1].size()},
+           {"ttft_request_p50_ms", whole},
+           {"ttft_layer_p50_ms", layer},
+           {"ttft_request_p99_ms", percentile(ttft[0], 0.99)},
+           {"ttft_layer_p99_ms", percentile(ttft[1], 0.99)},
+           {"layerwise_speedup", layer > 0 ? whole / layer : 0.0},
+           {"loaded_tokens_request", moved[0].loaded_tokens},
+           {"loaded_tokens_layer", moved[1].loaded_tokens},
+           {"outputs_identical", identical}});
+  // Each measured request's prefix must have come from the host cache, in both modes.
+  const double wanted = static_cast<double>(kRounds * kDocuments * document);
+  return identical && moved[0].loaded_tokens >= wanted && moved[1].loaded_tokens >= wanted;
+}
+
 // H1/H2: from a worker's SIGKILL to the first 503.
 void run_kill(const std::string& exe, std::ostream& out, bool json) {
   std::vector<std::string> s = base_sets(2, 512, 4096);
@@ -415,6 +508,7 @@ int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
     scenarios = scenario_names();
     scenarios.push_back("pressure");
     scenarios.push_back("kill");
+    scenarios.push_back("layerwise");
   }
   const std::vector<std::string> caches = o.caches.empty() ? workload_cache_modes() : o.caches;
   for (const std::string& cache : caches) {
@@ -427,7 +521,7 @@ int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
   for (const std::string& name : scenarios) {
     if (contains(scenario_names(), name)) {
       cells += o.concurrency.size();
-    } else if (name != "pressure" && name != "kill") {
+    } else if (name != "pressure" && name != "kill" && name != "layerwise") {
       std::cerr << "bench workload: unknown scenario '" << name << "'\n";
       return 2;
     }
@@ -453,6 +547,12 @@ int run_workload_bench(const WorkloadBenchOptions& o, std::ostream& out) {
       } else if (name == "kill") {
         progress.show("workload: worker SIGKILL to 503");
         run_kill(exe, out, o.json);
+      } else if (name == "layerwise") {
+        if (!run_layerwise(o, exe, progress, out)) {
+          std::cerr << "bench workload: layerwise: outputs differ between the granularities, or "
+                       "a prefix did not come from the host cache\n";
+          ok = false;
+        }
       } else if (!run_scenario(o, exe, name, caches, dir, cell, cells, progress, out)) {
         ok = false;
       }

@@ -12,7 +12,9 @@
 // the modes other than off the ratios against off and whether every output equals off's.
 // Two more scenarios keep their own rows: `pressure` (`workload_pressure`: requests 8 at a time
 // on a device for about one and a half of them, cache off and on, every one must complete) and
-// `kill` (`workload_kill`: from a worker's SIGKILL to the first 503).
+// `kill` (`workload_kill`: from a worker's SIGKILL to the first 503), and `layerwise`
+// (`bench: "layerwise"`: host-cache hits with layer-wise against whole-request loads, in one
+// run, `layerwise_speedup` = TTFT request ÷ TTFT layer).
 #pragma once
 
 #include <cstddef>
@@ -27,7 +29,7 @@ namespace kvtier::bench {
 
 struct WorkloadBenchOptions {
   bool json = false;
-  // Scenario names (workload_scenarios.h, "pressure", "kill"); empty: all of them.
+  // Scenario names (workload_scenarios.h, "pressure", "kill", "layerwise"); empty: all of them.
   std::vector<std::string> scenarios;
   std::vector<size_t> concurrency = {1, 8, 32};
   std::vector<std::string> caches;  // modes; empty: off, host, disk, kvtierd

@@ -90,16 +90,17 @@ Action add_bench_command(CLI::App& app) {
       "The field's workloads (multi-round-qa, long-doc-qa, no-reuse, system-prompt) against kvtier "
       "serve at several concurrencies, cache modes off/host/disk/kvtierd side by side (TTFT, "
       "inter-token latency, throughput, hit rate, ratios against off); memory pressure; the time "
-      "from a worker's SIGKILL to the first 503");
+      "from a worker's SIGKILL to the first 503; layer-wise against whole-request loads");
   auto work = std::make_shared<bench::WorkloadBenchOptions>();
   workload->add_flag("--json", work->json, "Print JSON Lines instead of key=value rows");
   std::vector<std::string> scenario_choices = bench::scenario_names();
   scenario_choices.push_back("pressure");
   scenario_choices.push_back("kill");
+  scenario_choices.push_back("layerwise");
   workload
       ->add_option("--scenario", work->scenarios,
                    "Scenarios to run, repeatable (default: all): multi-round-qa, long-doc-qa, "
-                   "no-reuse, system-prompt, pressure, kill")
+                   "no-reuse, system-prompt, pressure, kill, layerwise")
       ->check(CLI::IsMember(scenario_choices));
   workload
       ->add_option("--concurrency", work->concurrency,

@@ -25,7 +25,7 @@ std::string rank_pool_name(const std::string& host_pool_name, uint32_t rank) {
 class OwningLocalWorker final : public WorkerConnector {
  public:
   OwningLocalWorker(const Config& config, const ConnectorShape& shape, const WorkerSetup& setup)
-      : device_(*setup.device), connector_(setup.rank) {
+      : device_(*setup.device), connector_(setup.rank, config.connector.transfer_granularity) {
     for (size_t g = 0; g < shape.layout.groups.size(); ++g) {
       Result<size_t> bytes = shape.layout.tensor_bytes(g, setup.device_blocks);
       if (!bytes) {
@@ -65,6 +65,8 @@ class OwningLocalWorker final : public WorkerConnector {
   uint32_t rank() const override { return connector_.rank(); }
   const KvCacheAddresses& kv_caches() const override { return caches_; }
   void start_load(const StepMetadata& metadata) override { connector_.start_load(metadata); }
+  void wait_for_layer_load(KvLayer layer) override { connector_.wait_for_layer_load(layer); }
+  void save_layer(KvLayer layer) override { connector_.save_layer(layer); }
   void queue_stores(const StepMetadata& metadata) override { connector_.queue_stores(metadata); }
   WorkerOutput take_output() override { return connector_.take_output(); }
   bool fail_stopped() const override { return connector_.fail_stopped(); }
@@ -151,6 +153,12 @@ SchedulerSide ConnectorFactory::scheduler_side() const {
   side.connector = std::make_unique<SchedulerConnector>(
       scheduler_options(config_, shape_.world_size, shape_.layout, shape_.model), *side.index);
   return side;
+}
+
+TransferGranularity ConnectorFactory::granularity() const {
+  return config_.connector.enabled && config_.cache.mode == CacheMode::kLocal
+             ? config_.connector.transfer_granularity
+             : TransferGranularity::kRequest;
 }
 
 std::unique_ptr<WorkerConnector> ConnectorFactory::worker(const WorkerSetup& setup) const {

@@ -103,6 +103,14 @@ const std::vector<Field>& config_fields() {
                         integer_in(1, kMaxU32),
                         "Lookups (by any request) that must have asked for a chunk before it is "
                         "stored; 1 stores every chunk a request computes."),
+        connector.field("transfer_granularity", &ConnectorConfig::transfer_granularity,
+                        transfer_granularity(),
+                        "How a worker of the in-process cache moves KV: layer by layer (a "
+                        "request's loads complete layer by layer and the engine computes it in "
+                        "the same step, waiting for each layer's load before that layer's "
+                        "attention; a layer's stores start once the layer is written), or whole "
+                        "requests (a loading request is computed once its whole load ended). "
+                        "cache.mode server always moves whole requests."),
         tiers.field("disk_path", &TiersConfig::disk_path, text(),
                     "Directory of the L2 disk tier; empty for no disk tier. Chunks found there "
                     "are used again after a restart. With several engine cores, each has its own "

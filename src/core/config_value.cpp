@@ -12,6 +12,7 @@ namespace kvtier {
 namespace {
 
 constexpr std::array kCacheModes{CacheMode::kLocal, CacheMode::kServer};
+constexpr std::array kGranularities{TransferGranularity::kLayer, TransferGranularity::kRequest};
 constexpr std::array kFaultDirections{FaultDirection::kBoth, FaultDirection::kLoad,
                                       FaultDirection::kStore};
 
@@ -23,6 +24,16 @@ std::string_view to_string(CacheMode mode) {
       return "local";
     case CacheMode::kServer:
       return "server";
+  }
+  return "?";
+}
+
+std::string_view to_string(TransferGranularity granularity) {
+  switch (granularity) {
+    case TransferGranularity::kLayer:
+      return "layer";
+    case TransferGranularity::kRequest:
+      return "request";
   }
   return "?";
 }
@@ -312,6 +323,10 @@ ConfigValue<CacheMode> cache_mode() {
   return enumeration(kCacheModes);
 }
 
+ConfigValue<TransferGranularity> transfer_granularity() {
+  return enumeration(kGranularities);
+}
+
 ConfigValue<FaultDirection> fault_direction() {
   return enumeration(kFaultDirections);
 }
@@ -322,6 +337,10 @@ namespace kvtier {
 
 Result<CacheMode> parse_cache_mode(std::string_view name) {
   return config_internal::parse_name(name, kCacheModes);
+}
+
+Result<TransferGranularity> parse_transfer_granularity(std::string_view name) {
+  return config_internal::parse_name(name, kGranularities);
 }
 
 Result<FaultDirection> parse_fault_direction(std::string_view name) {

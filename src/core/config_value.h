@@ -40,6 +40,7 @@ ConfigValue<std::string> text();
 ConfigValue<std::string> one_of(std::initializer_list<std::string_view> names);
 ConfigValue<DeviceLayout> device_layout();
 ConfigValue<CacheMode> cache_mode();
+ConfigValue<TransferGranularity> transfer_granularity();
 ConfigValue<FaultDirection> fault_direction();
 
 }  // namespace kvtier::config_internal

@@ -78,15 +78,31 @@ std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
                                     " out of range (" + std::to_string(cache.num_blocks) + ")");
       }
     }
+    const bool one_layer = chunk.layer != ChunkTransfer::kAllLayers;
+    if (one_layer && chunk.layer >= g.layers) {
+      throw std::invalid_argument("chunk transfer: layer " + std::to_string(chunk.layer) +
+                                  " out of range (group " + std::to_string(chunk.group) + " has " +
+                                  std::to_string(g.layers) + ")");
+    }
+    const uint32_t first_layer = one_layer ? chunk.layer : 0;
+    const uint32_t end_layer = one_layer ? chunk.layer + 1 : g.layers;
     const DeviceAddress slot = slots.base + uint64_t{chunk.slot} * slots.slot_bytes;
     if (layout.device_layout == DeviceLayout::kPerLayer) {
       const uint64_t piece = g.layer_block_bytes();
-      for (uint32_t l = 0; l < g.layers; ++l) {
+      for (uint32_t l = first_layer; l < end_layer; ++l) {
         const DeviceAddress host_layer = slot + uint64_t{l} * g.blocks_per_chunk * piece;
         for (uint32_t j = chunk.first_block; j < g.blocks_per_chunk; ++j) {
           append(out, cache.bases[l] + chunk.blocks[j - chunk.first_block] * piece,
                  host_layer + j * piece, piece, direction, coalesce);
         }
+      }
+    } else if (one_layer) {
+      // One layer of a cross-layer block: layer_block_bytes() at the layer's offset, both sides.
+      const uint64_t piece = g.layer_block_bytes();
+      const uint64_t offset = uint64_t{chunk.layer} * piece;
+      for (uint32_t j = chunk.first_block; j < g.blocks_per_chunk; ++j) {
+        append(out, cache.bases[0] + chunk.blocks[j - chunk.first_block] * g.block_bytes() + offset,
+               slot + j * g.block_bytes() + offset, piece, direction, coalesce);
       }
     } else {
       const uint64_t piece = g.block_bytes();

@@ -2,7 +2,10 @@
 // checking F12 (leases conserved).
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "connector/connector_harness.h"
+#include "gate.h"
 
 namespace kvtier::testing {
 namespace {
@@ -357,6 +360,81 @@ TEST(ConnectorContract, F10_ReallocatedBlockIsFencedBehindTheStoreReadingIt) {
   (void)b;
   run_until_done(h);
   h.expect_leases_conserved();
+}
+
+// ---- Layer-wise transfers (connector.transfer_granularity: layer).
+
+HarnessOptions layerwise(HarnessOptions o) {
+  o.granularity = TransferGranularity::kLayer;
+  return o;
+}
+
+TEST(ConnectorContract, F10_LayerwiseStoreOfLayerLWaitsForLayerLsCompute) {
+  ConnectorHarness h(layerwise({.prefill_chunk = 64}));
+  // Layer 1's compute is held: layer 0's store copies meanwhile, layer 1's must wait for it.
+  Gate layer1;
+  h.before_layer = [&](KvLayer k) {
+    if (k.layer == 1) layer1.wait();
+  };
+  const auto doc = make_tokens(32, 41);
+  h.add_request(with_suffix(doc, 3, 42), 2);
+  h.step();
+  ASSERT_EQ(h.last_metadata.stores.size(), 1u);
+  EXPECT_EQ(h.ranks[0]->worker->engine().stats().completed, 1u)
+      << "layer 0's store copied while layer 1 computes";
+  EXPECT_EQ(h.scheduler->counters().stores_completed, 0u) << "the job waits for all its layers";
+  layer1.open();
+  h.before_layer = nullptr;
+  run_until_done(h);
+  EXPECT_EQ(h.check_readable_chunks(doc), 4u) << "layer 1's store read layer 1's finished KV";
+  h.expect_leases_conserved();
+}
+
+TEST(ConnectorContract, F10_LayerwiseAttentionOfLayerLWaitsForLayerLsLoad) {
+  ConnectorHarness h(layerwise({.prefill_chunk = 64}));
+  const auto doc = make_tokens(32, 43);
+  store_prefix(h, doc);
+  // The load's layer-1 part (its second copy call) hangs; layer 0 lands.
+  h.ranks[0]->fault.set_plan(
+      FaultPlan::rules({FaultRule{.call = next_call(h, 0) + 1, .hang = true}}));
+  std::set<uint32_t> computed_layers;
+  h.before_layer = [&](KvLayer k) { computed_layers.insert(k.layer); };
+  const RequestId b = h.add_request(with_suffix(doc, 6, 44), 2);
+  h.step();
+  ASSERT_EQ(h.last_metadata.loads.size(), 1u);
+  EXPECT_EQ(computed_layers, std::set<uint32_t>{0}) << "layer 0 computes while layer 1 loads";
+  h.ranks[0]->fault.release_hangs();
+  h.step();
+  EXPECT_EQ(computed_layers, (std::set<uint32_t>{0, 1}));
+  EXPECT_EQ(h.requests.at(b).loads, 1u);
+  EXPECT_EQ(h.failed_loads, 0u);
+  EXPECT_GE(h.requests.at(b).computed, 32u + 6u) << "its load's step computed the suffix";
+  h.before_layer = nullptr;
+  run_until_done(h);  // b's KV, loaded and computed, is checked when it finishes
+  h.expect_leases_conserved();
+}
+
+TEST(ConnectorContract, F4_LayerwiseFailedLayerInvalidatesAllLayersOfTheBlocksInEveryGroup) {
+  for (uint32_t world : {1u, 2u}) {
+    ConnectorHarness h(layerwise({.world_size = world, .layout = hybrid_layout()}));
+    const auto doc = make_tokens(64, 45);
+    store_prefix(h, doc);
+    // Parts go layer-major: (layer 0, group 0), (layer 0, group 1), (layer 1, group 0). The
+    // middle one fails part-way; the parts after it complete.
+    const uint32_t failing = world - 1;
+    h.ranks[failing]->fault.set_plan(
+        FaultPlan::rules({FaultRule{.call = next_call(h, failing) + 1, .fail_at = 1}}));
+    const RequestId b = h.add_request(with_suffix(doc, 6, 46), 3);
+    h.step();
+    ASSERT_EQ(h.requests.at(b).loads, 1u);
+    EXPECT_EQ(h.failed_loads, 1u);
+    EXPECT_EQ(h.scheduler->counters().loads_failed, 1u);
+    EXPECT_EQ(h.requests.at(b).computed, 0u) << "every block of the load, in both groups, is "
+                                                "invalid; what its step computed is not kept";
+    EXPECT_EQ(h.cache->counters().slots_pinned, 0u) << "the source slots are unpinned";
+    run_until_done(h);  // b's KV is checked against the fault-free bytes when it finishes
+    h.expect_leases_conserved();
+  }
 }
 
 }  // namespace

@@ -6,8 +6,13 @@
 //
 // Each step(): waiting requests are looked up and given blocks (a match becomes a load), running
 // requests compute a prefill chunk or one decode token, every rank runs start_load, the forward
-// pass and queue_stores, the devices run whatever can run (quiesce), and the ranks' outputs go
-// to the scheduler side. No sleeps: the clock is a ManualClock the harness advances per step.
+// pass layer by layer (wait_for_layer_load, the layer's KV, save_layer) and queue_stores, the
+// devices run whatever can run (quiesce), and the ranks' outputs go to the scheduler side. No
+// sleeps: the clock is a ManualClock the harness advances per step.
+//
+// With TransferGranularity::kLayer a request whose load starts is computed in the same step,
+// from the load's end; what that step computed is kept only if the load completes (F4), as an
+// engine does with layer-wise loads.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,10 +20,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvtier/cache/cache_manager.h"
@@ -96,6 +103,7 @@ struct HarnessOptions {
   std::vector<FaultPlan> plans;  // per rank; none for missing ranks
   Duration step_time = std::chrono::milliseconds(100);
   bool reuse_freed_blocks_first = false;  // hand out the most recently freed block first
+  TransferGranularity granularity = TransferGranularity::kRequest;
 };
 
 // One rank: its device, its KV caches, its share of the host pool, its worker side.
@@ -121,7 +129,7 @@ class Rank {
     slots = HostSlots{fault.register_host(host_memory, slot_bytes * o.num_slots), slot_bytes,
                       o.num_slots};
     compute = fault.create_stream();
-    worker = std::make_unique<LocalWorkerConnector>(rank);
+    worker = std::make_unique<LocalWorkerConnector>(rank, o.granularity);
     worker->register_kv_caches(fault, layout, caches, slots, compute, o.transfer, clock);
   }
 
@@ -186,6 +194,9 @@ struct SimRequest {
   std::vector<size_t> blocks_given;  // per group: blocks the connector has seen
   SimState state = SimState::kWaiting;
   size_t loads = 0;  // loads it completed or failed
+  // Layer-wise: computed up to here in its load's step; valid once the load completed.
+  size_t held_to = 0;
+  uint64_t load_step = UINT64_MAX;  // the step its load started in
 };
 
 class ConnectorHarness {
@@ -320,6 +331,11 @@ class ConnectorHarness {
       take_new_blocks(r);
       scheduler->update_state_after_alloc(id, r.blocks, m.tokens);
       r.state = m.tokens > 0 ? SimState::kLoading : SimState::kRunning;
+      // Layer-wise: computed in this step from the load's end, if the load still starts.
+      if (m.tokens > 0 && layerwise()) {
+        r.held_to = m.tokens;
+        r.load_step = step_no;
+      }
     }
     // Running requests compute a prefill chunk or one decode token.
     struct Scheduled {
@@ -329,6 +345,16 @@ class ConnectorHarness {
     std::vector<Scheduled> scheduled;
     for (const RequestId& id : order) {
       SimRequest& r = requests.at(id);
+      if (r.state == SimState::kLoading && r.load_step == step_no) {
+        const size_t to = std::min<size_t>(r.held_to + options.prefill_chunk, r.tokens.size());
+        scheduled.push_back({&r, r.held_to, to});
+        input.requests.push_back(ScheduledRequest{.id = id,
+                                                  .tokens = r.tokens,
+                                                  .num_prompt_tokens = r.prompt,
+                                                  .new_blocks = GroupBlocks(groups()),
+                                                  .num_computed_after_step = to});
+        continue;
+      }
       if (r.state != SimState::kRunning) continue;
       const size_t n = std::min<size_t>(options.prefill_chunk, r.tokens.size() - r.computed);
       if (!allocate(r, r.computed + n)) continue;
@@ -350,50 +376,70 @@ class ConnectorHarness {
     std::vector<RequestId> finished;
     for (Scheduled& s : scheduled) {
       SimRequest& r = *s.r;
-      r.computed = s.to;
-      if (r.computed < r.tokens.size()) continue;
-      if (r.tokens.size() - r.prompt >= r.max_new) {
-        finished.push_back(r.id);
+      if (r.state == SimState::kLoading) {
+        r.held_to = s.to;  // kept until the load's verdict
         continue;
       }
-      r.tokens.push_back(static_cast<TokenId>(mix64(r.prefix_hash.back()) % 50000));
-      extend_hashes(r);
+      advance(r, s.to, finished);
     }
-    collect_outputs(silent_ranks);
-    for (const RequestId& id : finished) finish(id);
+    collect_outputs(silent_ranks, std::move(finished));
     clock.advance(options.step_time);
     ++step_no;
   }
 
+  bool layerwise() const { return options.granularity == TransferGranularity::kLayer; }
+
+  // The engine's bookkeeping once `r` computed up to `to`: sample a token or finish.
+  void advance(SimRequest& r, size_t to, std::vector<RequestId>& finished) {
+    r.computed = to;
+    if (r.computed < r.tokens.size()) return;
+    if (r.tokens.size() - r.prompt >= r.max_new) {
+      finished.push_back(r.id);
+      return;
+    }
+    r.tokens.push_back(static_cast<TokenId>(mix64(r.prefix_hash.back()) % 50000));
+    extend_hashes(r);
+  }
+
+  // The forward pass, layer by layer in model order (layer 0 of every group, then layer 1, …):
+  // wait for the layer's loads, write the layer's KV on the compute stream, save the layer.
+  // `before_layer(kv_layer)`, if set, runs on the compute stream before the layer's KV is
+  // written (tests hold a layer's compute there).
   void enqueue_forward(Rank& rank, const std::vector<auto>& scheduled) {
     struct Row {
       std::byte* dst;
       size_t bytes;
       uint64_t seed;
     };
-    std::vector<Row> rows;
-    for (const auto& s : scheduled) {
-      const SimRequest& r = *s.r;
-      for (size_t p = s.from; p < s.to; ++p) {
-        for (uint32_t g = 0; g < groups(); ++g) {
-          const KvGroup& k = group(g);
-          const uint32_t block = r.blocks[g][p / k.block_size];
-          for (uint32_t l = 0; l < k.layers; ++l) {
+    uint32_t most_layers = 0;
+    for (size_t g = 0; g < groups(); ++g) most_layers = std::max(most_layers, group(g).layers);
+    for (uint32_t l = 0; l < most_layers; ++l) {
+      for (uint32_t g = 0; g < groups(); ++g) {
+        const KvGroup& k = group(g);
+        if (l >= k.layers) continue;
+        std::vector<Row> rows;
+        for (const auto& s : scheduled) {
+          const SimRequest& r = *s.r;
+          for (size_t p = s.from; p < s.to; ++p) {
+            const uint32_t block = r.blocks[g][p / k.block_size];
             for (uint32_t kv = 0; kv < 2; ++kv) {
               rows.push_back({rank.device_row(g, block, l, kv, p % k.block_size), rank.row_bytes(g),
                               row_seed(r.prefix_hash[p], g, l, kv, rank.index)});
             }
           }
         }
+        rank.worker->wait_for_layer_load({g, l});
+        rank.fault.launch_host_func(rank.compute, [this, g, l, rows = std::move(rows)] {
+          if (before_layer) before_layer(KvLayer{g, l});
+          for (const Row& row : rows) fill_pattern(row.dst, row.bytes, row.seed);
+        });
+        rank.worker->save_layer({g, l});
       }
     }
-    rank.fault.launch_host_func(rank.compute, [rows = std::move(rows)] {
-      for (const Row& row : rows) fill_pattern(row.dst, row.bytes, row.seed);
-    });
   }
 
   // Lets every rank's device run what can run, then hands the ranks' outputs to the scheduler.
-  void collect_outputs(std::set<uint32_t> silent_ranks = {}) {
+  void collect_outputs(std::set<uint32_t> silent_ranks = {}, std::vector<RequestId> finished = {}) {
     std::vector<WorkerOutput> outputs;
     for (auto& rank : ranks) {
       rank->host.quiesce();
@@ -419,7 +465,13 @@ class ConnectorHarness {
       }
       if (lf.outcome == Outcome::kFailed) ++failed_loads;
       r.computed = lf.num_computed;
+      const size_t held = std::exchange(r.held_to, 0);
       if (r.state == SimState::kLoading) r.state = SimState::kRunning;
+      // Layer-wise: what its load's step computed counts only if the load completed (F4).
+      if (lf.outcome == Outcome::kCompleted && held > r.computed) advance(r, held, finished);
+    }
+    for (const RequestId& id : finished) {
+      if (requests.contains(id)) finish(id);
     }
     for (const RequestId& id : last_outcome.released) {
       SimRequest& r = requests.at(id);
@@ -573,9 +625,10 @@ class ConnectorHarness {
   StepOutcome last_outcome;
   std::map<JobId, TransferJob> load_jobs;  // every load job ever issued, for checks
   std::map<uint32_t, std::set<std::pair<size_t, uint32_t>>> reported_invalid;
-  std::set<uint32_t> silent_ranks;          // their outputs are withheld from the scheduler
-  std::vector<WorkerOutput> withheld;       // outputs of silent ranks
-  std::vector<WorkerOutput> extra_outputs;  // handed to the scheduler with the next step's
+  std::set<uint32_t> silent_ranks;            // their outputs are withheld from the scheduler
+  std::vector<WorkerOutput> withheld;         // outputs of silent ranks
+  std::vector<WorkerOutput> extra_outputs;    // handed to the scheduler with the next step's
+  std::function<void(KvLayer)> before_layer;  // on the compute stream, see enqueue_forward
   uint64_t step_no = 0;
   uint64_t deferred = 0;
   uint64_t failed_loads = 0;

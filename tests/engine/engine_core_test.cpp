@@ -30,9 +30,20 @@ TEST(EngineCore, ServesARequestOnOneAndTwoRanks) {
 namespace kvtier::testing {
 namespace {
 
-TEST(EngineCore, SharedPrefixEvictedFromTheDeviceIsLoadedFromKvtierWithTheSameOutput) {
-  const RunResult off = shared_prefix_run(small_device(false));
-  const RunResult on = shared_prefix_run(small_device(true));
+// Both transfer granularities: whole-request loads, and layer-wise ones (the default), where a
+// loading request is computed in its load's step.
+class EngineCoreGranularity : public ::testing::TestWithParam<TransferGranularity> {
+ protected:
+  Config device(bool offload, uint32_t world_size = 1) const {
+    Config c = small_device(offload, world_size);
+    c.connector.transfer_granularity = GetParam();
+    return c;
+  }
+};
+
+TEST_P(EngineCoreGranularity, SharedPrefixEvictedFromTheDeviceIsLoadedFromKvtierWithTheSameOutput) {
+  const RunResult off = shared_prefix_run(device(false));
+  const RunResult on = shared_prefix_run(device(true));
   EXPECT_EQ(on.outputs, off.outputs);
   ASSERT_EQ(on.cached.size(), 6u);
   EXPECT_EQ(off.cached[3], 0u) << "the device no longer holds A's prefix";
@@ -40,9 +51,9 @@ TEST(EngineCore, SharedPrefixEvictedFromTheDeviceIsLoadedFromKvtierWithTheSameOu
   EXPECT_GE(on.counters.value("kvtier_hit_tokens_total", 0), 384);
 }
 
-TEST(EngineCore, InjectedLoadAndStoreFaultsLeaveOutputsIdentical) {
-  const RunResult clean = shared_prefix_run(small_device(true, 2));
-  Config faulty = small_device(true, 2);
+TEST_P(EngineCoreGranularity, InjectedLoadAndStoreFaultsLeaveOutputsIdentical) {
+  const RunResult clean = shared_prefix_run(device(true, 2));
+  Config faulty = device(true, 2);
   faulty.faults.submit_failure_rate = 0.3;
   faulty.faults.latched_error_rate = 0.2;
   faulty.faults.delay_rate = 0.2;
@@ -55,6 +66,11 @@ TEST(EngineCore, InjectedLoadAndStoreFaultsLeaveOutputsIdentical) {
   EXPECT_GT(run.counters.value("fault_injector_delays_total", 0), 0);
   EXPECT_FALSE(clean.counters.contains("fault_injector_copy_calls_total"));
 }
+
+INSTANTIATE_TEST_SUITE_P(EngineCore, EngineCoreGranularity,
+                         ::testing::Values(TransferGranularity::kRequest,
+                                           TransferGranularity::kLayer),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
 
 }  // namespace
 }  // namespace kvtier::testing

@@ -114,8 +114,10 @@ bool progressed(const ProgressSnapshot& before, const ProgressSnapshot& after) {
   return false;
 }
 
-void run_scenario(uint64_t seed) {
-  const Scenario s = make_scenario(seed);
+void run_scenario(uint64_t seed, TransferGranularity granularity) {
+  Scenario s = make_scenario(seed);
+  s.config.connector.transfer_granularity = granularity;
+  s.describe += std::string(", transfers per ") + std::string(to_string(granularity));
   SCOPED_TRACE(s.describe);
   SchedulerRig rig(s.config, s.faults);
   // Generous but finite: each request alone needs its prefill chunks and one step per token;
@@ -164,7 +166,11 @@ void run_scenario(uint64_t seed) {
   EXPECT_FALSE(rig.scheduler().fail_stopped()) << rig.scheduler().fail_stop_reason();
 }
 
-TEST(EngineScheduler, H8_RandomizedMemoryPressureFinishesEveryRequestWithTheSameOutput) {
+// Both transfer granularities (layer-wise: a loading request computed in its load's step).
+class EngineSchedulerGranularity : public ::testing::TestWithParam<TransferGranularity> {};
+
+TEST_P(EngineSchedulerGranularity,
+       H8_RandomizedMemoryPressureFinishesEveryRequestWithTheSameOutput) {
 #if defined(KVTIER_TSAN_BUILD)
   constexpr uint64_t kSeeds = 4;  // every memory access is checked: slower still than ASan
 #elif defined(KVTIER_SANITIZED)
@@ -173,8 +179,70 @@ TEST(EngineScheduler, H8_RandomizedMemoryPressureFinishesEveryRequestWithTheSame
   constexpr uint64_t kSeeds = 60;
 #endif
   for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
-    run_scenario(seed);
+    run_scenario(seed, GetParam());
     if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EngineScheduler, EngineSchedulerGranularity,
+                         ::testing::Values(TransferGranularity::kRequest,
+                                           TransferGranularity::kLayer),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+// Layer-wise, the engine computes a loading request in its load's step (each layer after its
+// load); that step's result counts only if the load completed. Driven with scripted rank
+// reports: a request whose prefix the device evicted and the host cache holds, its load failing
+// or completing.
+TEST(EngineScheduler, F4_LayerwiseFailedLoadDropsWhatItsStepComputed) {
+  for (Outcome outcome : {Outcome::kFailed, Outcome::kCompleted}) {
+    SCOPED_TRACE(std::string(to_string(outcome)));
+    Config c = base_config(0);
+    c.engine.device_blocks = 8;  // 128 tokens
+    c.connector.transfer_granularity = TransferGranularity::kLayer;
+    EngineScheduler s(c, engine_shape(c));
+    // One rank: stores complete, loads end as `outcome` (a failed one reports its blocks).
+    auto step = [&](std::vector<RequestUpdate>* updates = nullptr) {
+      const StepPlan plan = s.plan_step();
+      WorkerOutput out{.rank = 0, .invalid_blocks = GroupBlocks(1)};
+      for (const TransferJob& j : plan.metadata.stores) out.finished.push_back({j.job});
+      for (const TransferJob& j : plan.metadata.loads) {
+        out.finished.push_back({j.job, outcome, outcome == Outcome::kFailed ? "injected" : ""});
+        if (outcome != Outcome::kFailed) continue;
+        for (const ChunkTransfer& chunk : j.chunks) {
+          out.invalid_blocks[0].insert(out.invalid_blocks[0].end(), chunk.blocks.begin(),
+                                       chunk.blocks.end());
+        }
+      }
+      auto u = s.finish_step(std::vector<TokenId>(plan.batch.size(), 7), {out});
+      if (updates) *updates = std::move(u);
+      return plan;
+    };
+    std::mt19937_64 rng(5);
+    const std::vector<TokenId> prefix = random_tokens(rng, 64);
+    s.add("a", prefix, 1);
+    step();  // a's two chunks go to the host cache
+    s.add("c", random_tokens(rng, 120), 1);
+    step();  // c takes every device block: a's prefix leaves the device
+    std::vector<TokenId> b = prefix;
+    b.insert(b.end(), {1, 2, 3, 4, 5});
+    s.add("b", b, 1);
+    std::vector<RequestUpdate> updates;
+    const StepPlan load_step = step(&updates);
+    ASSERT_EQ(load_step.metadata.loads.size(), 1u);
+    ASSERT_EQ(load_step.batch.size(), 1u) << "b is computed in its load's step";
+    EXPECT_EQ(load_step.batch[0].start, 64u) << "from the load's end";
+    if (outcome == Outcome::kCompleted) {
+      ASSERT_EQ(updates.size(), 1u) << "the step's token is b's first";
+      EXPECT_TRUE(updates[0].done);
+      continue;
+    }
+    EXPECT_TRUE(updates.empty()) << "a step that read a failed load's KV yields no token";
+    const StepPlan again = step(&updates);
+    ASSERT_EQ(again.batch.size(), 1u);
+    EXPECT_EQ(again.batch[0].start, 0u) << "b is computed again from the resume point";
+    EXPECT_EQ(again.batch[0].tokens.size(), b.size());
+    ASSERT_EQ(updates.size(), 1u);
+    EXPECT_TRUE(updates[0].done);
   }
 }
 

@@ -3,7 +3,8 @@
 // rank that runs the tiny model on a host device behind a fault injector, with the worker side
 // of the connector the ConnectorFactory builds for the config (KV caches, host pool). Each step()
 // does what the engine core and its worker do: plan, start_load, the forward pass on the compute
-// stream, queue_stores, finish. A step whose batch is empty waits for the device to go idle first,
+// stream layer by layer (enqueue_forward, with the connector's per-layer calls), queue_stores,
+// finish. A step whose batch is empty waits for the device to go idle first,
 // so a request that waits for a transfer costs a bounded number of steps. No sleeps.
 #pragma once
 
@@ -21,6 +22,7 @@
 #include "kvtier/engine/byte_vocab.h"
 #include "kvtier/engine/collective.h"
 #include "kvtier/engine/engine_scheduler.h"
+#include "kvtier/engine/layered_forward.h"
 #include "kvtier/engine/tiny_model.h"
 
 namespace kvtier::testing {
@@ -72,20 +74,13 @@ class SchedulerRig {
     connector_->start_load(plan.metadata);
     std::vector<TokenId> sampled;
     if (!inputs.empty()) {
-      std::vector<std::vector<float>> logits;
-      std::exception_ptr error;
-      fault_.launch_host_func(compute_, [&] {
-        try {
-          logits =
-              model_.forward_batch(inputs, shape_.layout, connector_->kv_caches(), collective_);
-        } catch (...) {
-          error = std::current_exception();
-        }
-      });
+      LayeredForward forward;
+      enqueue_forward(fault_, compute_, model_, inputs, shape_.layout, connector_->kv_caches(),
+                      collective_, *connector_, forward);
       fault_.record(step_done_, compute_);
       fault_.synchronize(step_done_);
-      if (error) std::rethrow_exception(error);
-      for (const auto& l : logits) sampled.push_back(greedy_token(l));
+      if (forward.error) std::rethrow_exception(forward.error);
+      for (const auto& l : forward.logits) sampled.push_back(greedy_token(l));
     } else {
       host_.quiesce();  // nothing to compute: let the transfers it waits for end
     }

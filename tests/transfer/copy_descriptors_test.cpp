@@ -105,6 +105,36 @@ TEST(CopyDescriptors, CrossLayerChunksInAdjacentSlotsCoalesceAcrossChunks) {
   EXPECT_EQ(d[0].bytes, 2 * layout.groups[0].chunk_bytes());
 }
 
+TEST(CopyDescriptors, OneLayerCopiesThatLayersPartOfEveryBlockInBothDeviceLayouts) {
+  for (DeviceLayout device_layout : {DeviceLayout::kPerLayer, DeviceLayout::kCrossLayer}) {
+    const KvLayout layout = small_layout(device_layout);
+    const Addresses a(layout);
+    const KvGroup& g = layout.groups[0];
+    ChunkTransfer c = chunk({10, 11, 12, 13}, 2);
+    c.layer = 1;
+    const std::vector<ChunkTransfer> chunks{c};
+    const auto d =
+        build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, chunks, false);
+    ASSERT_EQ(d.size(), g.blocks_per_chunk);
+    EXPECT_EQ(total_bytes(d), g.blocks_per_chunk * g.layer_block_bytes()) << "one layer's bytes";
+    const DeviceAddress slot = a.slots.base + 2 * a.slots.slot_bytes;
+    for (uint32_t j = 0; j < g.blocks_per_chunk; ++j) {
+      if (device_layout == DeviceLayout::kPerLayer) {
+        EXPECT_EQ(d[j].src, a.caches.groups[0].bases[1] + (10 + j) * g.layer_block_bytes());
+        EXPECT_EQ(d[j].dst, slot + (g.blocks_per_chunk + j) * g.layer_block_bytes());
+      } else {
+        EXPECT_EQ(d[j].src,
+                  a.caches.groups[0].bases[0] + (10 + j) * g.block_bytes() + g.layer_block_bytes());
+        EXPECT_EQ(d[j].dst, slot + j * g.block_bytes() + g.layer_block_bytes());
+      }
+    }
+    c.layer = g.layers;  // beyond the group's layers: a bug (F2)
+    const std::vector<ChunkTransfer> bad{c};
+    EXPECT_THROW(build_copy_descriptors(layout, a.caches, a.slots, Direction::kStore, bad, false),
+                 std::invalid_argument);
+  }
+}
+
 TEST(CopyDescriptors, OutOfRangeArgumentsAreInvalidArgument) {
   const KvLayout layout = small_layout(DeviceLayout::kPerLayer);
   const Addresses a(layout);

@@ -97,6 +97,10 @@ class ConnectorFactory {
   // once the device drained. std::invalid_argument for a bad setup (no device for a local cache,
   // a rank not below world_size).
   std::unique_ptr<WorkerConnector> worker(const WorkerSetup& setup) const;
+  // How the worker sides move KV: connector.transfer_granularity for the in-process cache;
+  // whole requests for kvtierd (its RemoteWorkerConnector does nothing per layer). The engine
+  // computes a loading request in its load's step only when this is kLayer.
+  TransferGranularity granularity() const;
 
  private:
   Config config_;

@@ -4,10 +4,17 @@
 // chunk).
 //
 // In addition to WorkerConnector's contract:
-// - start_load submits the stores queued last step first: they read KV the previous forward
-//   pass wrote, and the TransferEngine fences them behind that compute (F10); so this step's
-//   stores never delay sampling.
-// - A job's verdict is the TransferEngine's outcome.
+// - Whole-request: start_load submits the stores queued last step first: they read KV the
+//   previous forward pass wrote, and the TransferEngine fences them behind that compute (F10);
+//   so this step's stores never delay sampling.
+// - A job's verdict is the TransferEngine's outcome. Layer-wise (TransferGranularity::kLayer),
+//   a job goes to the TransferEngine as one transfer per (group, layer) that it has chunks in
+//   (ChunkTransfer::layer), under ids this connector issues; so the engine's per-direction FIFO
+//   (F5), its compute fence (F10) and its outcomes (F1, F7, F8) hold per layer unchanged, and
+//   the job's verdict is the worst of its layers' outcomes, once all of them are reported.
+//   start_load submits the step's loads layer-major (layer 0 of every load, then layer 1, …) and
+//   takes the step's stores, which save_layer sends layer by layer; queue_stores sends the
+//   layers not saved yet (an engine that saved none sends them all after its forward pass).
 // - register_kv_caches comes first, once; the caller owns the caches and the pool, which must
 //   outlive every copy (the device drained).
 //
@@ -28,7 +35,11 @@ namespace kvtier {
 
 class LocalWorkerConnector final : public WorkerConnector {
  public:
-  explicit LocalWorkerConnector(uint32_t rank) : rank_(rank) {}
+  explicit LocalWorkerConnector(uint32_t rank,
+                                TransferGranularity granularity = TransferGranularity::kRequest)
+      : rank_(rank), granularity_(granularity) {}
+
+  TransferGranularity granularity() const { return granularity_; }
 
   uint32_t rank() const override { return rank_; }
   // What register_kv_caches was given (nothing before).
@@ -41,6 +52,12 @@ class LocalWorkerConnector final : public WorkerConnector {
                           TransferOptions options, const Clock& clock = SteadyClock::instance());
 
   void start_load(const StepMetadata& metadata) override;
+  // Layer-wise: fences the compute stream behind layer `layer` of the step's loads (F10; a
+  // part that cannot be fenced makes this rank fail-stop, F7).
+  void wait_for_layer_load(KvLayer layer) override;
+  // Layer-wise: submits layer `layer` of the step's stores (fenced behind the compute enqueued
+  // so far, F10).
+  void save_layer(KvLayer layer) override;
   void queue_stores(const StepMetadata& metadata) override;
   // Submits queued stores, then fences the compute stream behind `jobs` (F10).
   void flush(std::span<const JobId> jobs);
@@ -63,12 +80,38 @@ class LocalWorkerConnector final : public WorkerConnector {
   const TransferEngine& engine() const { return *engine_; }
 
  private:
+  // A job split into layers: its parts' outcomes so far.
+  struct LayeredJob {
+    size_t parts_left = 0;
+    Outcome outcome = Outcome::kCompleted;  // the worst part's so far
+    std::string error;
+    std::vector<JobId> parts;  // submitted so far (a flush fences them, F10)
+  };
+  // A step's store job, sent layer by layer: saved[g][l] once its part went.
+  struct LayeredStore {
+    TransferJob job;
+    std::vector<std::vector<bool>> saved;
+  };
+
   void submit(const TransferJob& job, Direction direction);
+  // Layer-wise: submits layer `layer` of `job`'s chunks as one part, if it has chunks there.
+  // Returns the part's id, or 0 when it has none.
+  JobId submit_part(const TransferJob& job, Direction direction, KvLayer layer);
+  void register_layered(const TransferJob& job, Direction direction);
+  void save_layer_of(LayeredStore& store, KvLayer layer);
+  void add_verdict(JobId job, Direction direction, Outcome outcome, std::string error);
   void collect();
 
   uint32_t rank_;
+  TransferGranularity granularity_;
   KvCacheAddresses caches_;
   size_t groups_ = 0;
+  std::vector<uint32_t> layers_;                   // per group
+  JobId next_part_ = 1;                            // layer-wise: the TransferEngine's job ids
+  std::unordered_map<JobId, JobId> part_of_;       // part id -> its job
+  std::unordered_map<JobId, LayeredJob> layered_;  // jobs with parts not reported yet
+  std::vector<std::vector<std::vector<JobId>>> layer_loads_;  // [group][layer]: this step's parts
+  std::vector<LayeredStore> layer_stores_;                    // this step's stores
   std::unique_ptr<TransferEngine> engine_;
   std::vector<TransferJob> queued_stores_;
   std::unordered_map<JobId, GroupBlocks> load_blocks_;  // loads in flight: their blocks

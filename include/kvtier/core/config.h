@@ -55,11 +55,23 @@ struct CacheConfig {
   bool operator==(const CacheConfig&) const = default;
 };
 
-// What the connector stores (its scheduler side).
+// connector.transfer_granularity: how a worker moves a request's KV. The text is the value's name.
+enum class TransferGranularity {
+  kLayer,    // "layer": a load is issued whole and completes layer by layer; the engine waits
+             // for a layer's load before that layer's attention and saves a layer once written
+  kRequest,  // "request": a request's KV moves whole; a loading request is computed only after
+             // its load's verdict
+};
+std::string_view to_string(TransferGranularity granularity);
+// kInvalidArgument listing the names for any other text.
+Result<TransferGranularity> parse_transfer_granularity(std::string_view name);
+
+// What the connector stores (its scheduler side) and how its workers move KV.
 struct ConnectorConfig {
   bool enabled = true;  // offload KV to the host cache at all
   bool store_decode = false;
   uint32_t store_threshold = 1;
+  TransferGranularity transfer_granularity = TransferGranularity::kLayer;
 
   bool operator==(const ConnectorConfig&) const = default;
 };

@@ -40,18 +40,22 @@ struct HostSlots {
 // One chunk of `group` <-> `slot`. `blocks` are the device block ids of the chunk's blocks
 // [first_block, blocks_per_chunk): a load whose leading blocks are already on the device (a
 // device prefix-cache hit that ends inside the chunk) copies only the rest. Stores copy whole
-// chunks (first_block = 0).
+// chunks (first_block = 0). `layer` < the group's layers copies only that layer's part of each
+// block (a layer-wise transfer, worker_connector.h); kAllLayers copies every layer.
 struct ChunkTransfer {
+  static constexpr uint32_t kAllLayers = UINT32_MAX;
+
   uint32_t group = 0;
   std::vector<uint32_t> blocks;
   uint32_t slot = 0;
   uint32_t first_block = 0;
+  uint32_t layer = kAllLayers;
 };
 
 // Builds the descriptors for `chunks`, in chunk order. With `coalesce`, a run of pieces that is
 // contiguous on both sides becomes one descriptor. Out-of-range groups, blocks or slots, a
-// wrong block count, or addresses that do not match `layout` are std::invalid_argument (they
-// are bugs, not device faults: F2).
+// wrong block count, a layer beyond the group's, or addresses that do not match `layout` are
+// std::invalid_argument (they are bugs, not device faults: F2).
 std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
                                                    const KvCacheAddresses& caches,
                                                    const HostSlots& slots, Direction direction,

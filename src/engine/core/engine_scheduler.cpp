@@ -1,7 +1,9 @@
 #include "kvtier/engine/engine_scheduler.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
+#include <utility>
 
 namespace kvtier {
 
@@ -20,6 +22,9 @@ struct EngineScheduler::Request {
   uint64_t progress_mark = 0;        // most tokens ever computed (H8)
   bool reported_cache = false;
   bool aborted = false;  // ends once its load has ended
+  // Layer-wise: computed in its load's step; the result counts once the load completed (F4).
+  bool computes_with_load = false;
+  std::optional<std::pair<size_t, TokenId>> held;  // tokens computed, token sampled
   State state = State::kWaiting;
 };
 
@@ -28,7 +33,9 @@ EngineScheduler::EngineScheduler(const Config& config, const EngineShape& shape,
     : config_(config), shape_(shape), blocks_(shape.device_blocks) {
   ConnectorShape connector = connector_shape(shape);
   connector.host_pool_name = std::move(host_pool_name);
-  side_ = ConnectorFactory(config, std::move(connector)).scheduler_side();
+  const ConnectorFactory factory(config, std::move(connector));
+  side_ = factory.scheduler_side();
+  layerwise_ = factory.granularity() == TransferGranularity::kLayer;
 }
 
 EngineScheduler::~EngineScheduler() = default;
@@ -184,6 +191,13 @@ EngineScheduler::Admission EngineScheduler::admit(Request& r, size_t& budget,
   if (match.tokens > 0) {
     r.state = State::kLoading;
     r.load_from = device_tokens;
+    if (layerwise_) {
+      // Computed in this step from the load's end, each layer after that layer's load; kept
+      // only if the load completes (finish_step).
+      r.computes_with_load = true;
+      r.num_computed = device_tokens + match.tokens;  // where the step starts; see finish_step
+      schedule(r, budget, scheduled, input);
+    }
     return Admission::kAdmitted;
   }
   r.state = State::kRunning;
@@ -265,6 +279,25 @@ void EngineScheduler::cache_computed_blocks(Request& r) {
   }
 }
 
+void EngineScheduler::computed(Request& r, size_t count, TokenId sampled,
+                               std::vector<RequestUpdate>& updates, std::vector<Request*>& done) {
+  r.num_computed += count;
+  r.progress_mark = std::max<uint64_t>(r.progress_mark, r.num_computed);
+  cache_computed_blocks(r);
+  if (r.num_computed < r.tokens.size()) return;  // prefill continues next step
+  RequestUpdate u{.id = r.id, .prompt_tokens = r.prompt, .cached_tokens = r.cached_tokens};
+  r.reported_cache = true;
+  r.tokens.push_back(sampled);
+  u.new_tokens.push_back(sampled);
+  ++counters_.generated_tokens;
+  if (r.tokens.size() - r.prompt >= r.max_tokens) {
+    u.done = true;
+    u.finish_reason = "length";
+    done.push_back(&r);
+  }
+  updates.push_back(std::move(u));
+}
+
 void EngineScheduler::finish(Request& r) {
   ++finished_;
   if (auto it = std::ranges::find(running_, &r); it != running_.end()) running_.erase(it);
@@ -289,28 +322,19 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
   std::vector<Request*> aborted;  // during this step: its results are dropped
   for (size_t i = 0; i < last_scheduled_.size(); ++i) {
     Request& r = *last_scheduled_[i];
+    if (r.state == State::kLoading && r.computes_with_load) {
+      r.held = std::pair{size_t{last_counts_[i]}, sampled[i]};  // until its load's verdict
+      continue;
+    }
     if (r.state != State::kRunning) continue;  // preempted meanwhile
     if (r.aborted) {
       aborted.push_back(&r);
       continue;
     }
-    r.num_computed += last_counts_[i];
-    r.progress_mark = std::max<uint64_t>(r.progress_mark, r.num_computed);
-    cache_computed_blocks(r);
-    if (r.num_computed < r.tokens.size()) continue;  // prefill continues next step
-    RequestUpdate u{.id = r.id, .prompt_tokens = r.prompt, .cached_tokens = r.cached_tokens};
-    r.reported_cache = true;
-    r.tokens.push_back(sampled[i]);
-    u.new_tokens.push_back(sampled[i]);
-    ++counters_.generated_tokens;
-    if (r.tokens.size() - r.prompt >= r.max_tokens) {
-      u.done = true;
-      u.finish_reason = "length";
-      done.push_back(&r);
-    }
-    updates.push_back(std::move(u));
+    computed(r, last_counts_[i], sampled[i], updates, done);
   }
   for (Request* r : done) finish(*r);
+  done.clear();
   last_scheduled_.clear();
   for (Request* r : aborted) finish(*r);
   if (!side_.connector) return updates;
@@ -331,12 +355,23 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
       counters_.recomputed_tokens += r.load_from + wanted - l.num_computed;
       r.cached_tokens = l.num_computed;  // F4: the rest is recomputed
     }
+    const auto held = std::exchange(r.held, std::nullopt);
+    r.computes_with_load = false;
     if (r.state == State::kLoading) {
       r.state = State::kRunning;
       cache_computed_blocks(r);
-      if (r.aborted) finish(r);
+      if (r.aborted) {
+        finish(r);
+        continue;
+      }
+      // Layer-wise: what the load's step computed from the load's end is kept only when the
+      // load completed; otherwise it read unknown KV and is computed again (F4).
+      if (held && l.outcome == Outcome::kCompleted && r.num_computed == r.load_from + wanted) {
+        computed(r, held->first, held->second, updates, done);
+      }
     }
   }
+  for (Request* r : done) finish(*r);
   for (const RequestId& id : outcome.released) {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;

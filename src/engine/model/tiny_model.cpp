@@ -15,7 +15,8 @@ namespace kvtier {
 using model_internal::HeadKv;
 using model_internal::PagedKv;
 
-namespace {
+// Named, not anonymous: ForwardPass::State (declared in the header) holds these.
+namespace forward_internal {
 
 // What one rank owns: contiguous ranges of KV heads (with their query heads) and MLP units.
 struct RankSlice {
@@ -61,7 +62,9 @@ struct Activations {
   HeadKv head_kv;
 };
 
-}  // namespace
+}  // namespace forward_internal
+
+using namespace forward_internal;
 
 TinyModel::TinyModel(const ModelConfig& config, uint32_t rank, uint32_t world_size)
     : config_(config), rank_(rank), world_size_(world_size) {
@@ -84,24 +87,58 @@ std::vector<float> TinyModel::forward(const ForwardInput& input, const KvLayout&
   return std::move(forward_batch(std::span(&input, 1), layout, cache, collective)[0]);
 }
 
+struct ForwardPass::State {
+  const TinyModel* model = nullptr;
+  const KvLayout* layout = nullptr;
+  Collective* collective = nullptr;
+  RankSlice s{};
+  std::vector<Segment> segments;
+  std::vector<uint32_t> positions;
+  Activations a;
+  uint32_t next_layer = 0;
+};
+
+ForwardPass::ForwardPass(std::unique_ptr<State> state) : state_(std::move(state)) {}
+ForwardPass::ForwardPass(ForwardPass&&) noexcept = default;
+ForwardPass& ForwardPass::operator=(ForwardPass&&) noexcept = default;
+ForwardPass::~ForwardPass() = default;
+
+uint32_t ForwardPass::layers() const {
+  return state_->model->config().layers;
+}
+uint32_t ForwardPass::group_of(uint32_t layer) const {
+  return state_->model->config().group_of_layer(layer);
+}
+uint32_t ForwardPass::index_in_group(uint32_t layer) const {
+  return state_->model->config().index_in_group(layer);
+}
+
 std::vector<std::vector<float>> TinyModel::forward_batch(std::span<const ForwardInput> inputs,
                                                          const KvLayout& layout,
                                                          const KvCacheAddresses& cache,
                                                          Collective& collective) const {
+  ForwardPass pass = begin(inputs, layout, cache, collective);
+  for (uint32_t l = 0; l < config_.layers; ++l) pass.run_layer(l);
+  return pass.logits();
+}
+
+ForwardPass TinyModel::begin(std::span<const ForwardInput> inputs, const KvLayout& layout,
+                             const KvCacheAddresses& cache, Collective& collective) const {
   if (inputs.empty()) throw std::invalid_argument("TinyModel::forward_batch: no sequences");
   for (const ForwardInput& input : inputs) check(input, layout, cache, collective);
   const ModelConfig& c = config_;
   const model_internal::ModelWeights& w = *weights_;
-  const RankSlice s = slice_of(c, rank_, world_size_);
+  auto state = std::make_unique<ForwardPass::State>();
+  state->model = this;
+  state->layout = &layout;
+  state->collective = &collective;
+  state->s = slice_of(c, rank_, world_size_);
+  const RankSlice& s = state->s;
   const size_t hidden = c.hidden, hd = c.head_dim;
-  const size_t q_dim = size_t{c.q_heads} * hd, kv_dim = size_t{c.kv_heads} * hd;
   const size_t q_local = size_t{s.q_count} * hd, kv_local = size_t{s.kv_count} * hd;
-  const uint32_t q_per_kv = c.q_heads / c.kv_heads;
-  const float q_scale = 1.0f / std::sqrt(static_cast<float>(hd));
-
-  std::vector<Segment> segments;
-  std::vector<uint32_t> positions;
-  Activations a;
+  std::vector<Segment>& segments = state->segments;
+  std::vector<uint32_t>& positions = state->positions;
+  Activations& a = state->a;
   for (const ForwardInput& input : inputs) {
     Segment& seg = segments.emplace_back();
     seg.row = static_cast<uint32_t>(positions.size());
@@ -125,8 +162,29 @@ std::vector<std::vector<float>> TinyModel::forward_batch(std::span<const Forward
   a.v.resize(rows * kv_local);
   a.delta.resize(rows * hidden);
   a.head_out.resize(hd);
+  return ForwardPass(std::move(state));
+}
 
-  for (uint32_t l = 0; l < c.layers; ++l) {
+void ForwardPass::run_layer(uint32_t l) {
+  State& st = *state_;
+  if (l != st.next_layer) {
+    throw std::logic_error("ForwardPass::run_layer: layer " + std::to_string(l) + ", expected " +
+                           std::to_string(st.next_layer));
+  }
+  ++st.next_layer;
+  const ModelConfig& c = st.model->config();
+  const model_internal::ModelWeights& w = *st.model->weights_;
+  const RankSlice& s = st.s;
+  Activations& a = st.a;
+  Collective& collective = *st.collective;
+  const size_t rows = st.positions.size();
+  const size_t hidden = c.hidden, hd = c.head_dim;
+  const size_t q_dim = size_t{c.q_heads} * hd, kv_dim = size_t{c.kv_heads} * hd;
+  const size_t q_local = size_t{s.q_count} * hd, kv_local = size_t{s.kv_count} * hd;
+  const uint32_t q_per_kv = c.q_heads / c.kv_heads;
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const std::vector<Segment>& segments = st.segments;
+  {
     const model_internal::LayerWeights& lw = w.layers[l];
     const uint32_t group = c.group_of_layer(l);
     const uint32_t layer_in_group = c.index_in_group(l);
@@ -196,10 +254,21 @@ std::vector<std::vector<float>> TinyModel::forward_batch(std::span<const Forward
                            hidden, a.delta.data(), hidden);
     for (size_t j = 0; j < a.x.size(); ++j) a.x[j] += a.delta[j];
   }
+}
 
+std::vector<std::vector<float>> ForwardPass::logits() {
+  State& st = *state_;
+  const ModelConfig& c = st.model->config();
+  if (st.next_layer != c.layers) {
+    throw std::logic_error("ForwardPass::logits: " + std::to_string(c.layers - st.next_layer) +
+                           " layers not run");
+  }
+  const model_internal::ModelWeights& w = *st.model->weights_;
+  const size_t hidden = c.hidden;
+  Activations& a = st.a;
   std::vector<std::vector<float>> logits;
   std::vector<float> last(hidden);
-  for (const Segment& seg : segments) {
+  for (const Segment& seg : st.segments) {
     model_internal::rms_norm(a.x.data() + (seg.row + seg.n - 1) * hidden, 1, hidden,
                              w.final_norm.data(), last.data());
     std::vector<float>& out = logits.emplace_back(kVocabSize);

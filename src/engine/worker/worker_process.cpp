@@ -19,6 +19,7 @@
 #include "kvtier/device/host_device.h"
 #include "kvtier/engine/byte_vocab.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/layered_forward.h"
 #include "kvtier/engine/step_messages.h"
 #include "kvtier/engine/tiny_model.h"
 #include "kvtier/engine/wire.h"
@@ -123,24 +124,19 @@ class Worker {
     connector_->start_load(meta);
     std::vector<TokenId> sampled;
     if (!inputs.empty()) {
-      // The forward pass runs on the compute stream, in order with the connector's fences
-      // (F10): stores queued below read what it wrote, flushed stores finish before it writes.
-      std::vector<std::vector<float>> logits;
-      std::exception_ptr error;
-      fault_.launch_host_func(compute_, [&] {
-        try {
-          if (config_.faults.slow_forward_s > 0) {
-            std::this_thread::sleep_for(seconds_to_duration(config_.faults.slow_forward_s));
-          }
-          logits = model_.forward_batch(inputs, shape_.layout, caches_, *collective_);
-        } catch (...) {
-          error = std::current_exception();
-        }
-      });
+      // The forward pass runs on the compute stream, one layer at a time, in order with the
+      // connector's fences (F10): flushed stores finish before it writes; layer L's attention
+      // waits for layer L's loads (wait_for_layer_load), and layer L's stores, sent right after
+      // it (save_layer), read what it wrote while layer L+1 computes. Whole-request transfers
+      // do nothing per layer: their loading requests are not in the batch.
+      LayeredForward forward;
+      enqueue_forward(fault_, compute_, model_, inputs, shape_.layout, caches_, *collective_,
+                      *connector_, forward,
+                      seconds_to_duration(std::max(0.0, config_.faults.slow_forward_s)));
       fault_.record(step_done_, compute_);
       wait_for_forward_pass();
-      if (error) std::rethrow_exception(error);
-      for (const auto& l : logits) sampled.push_back(greedy_token(l));
+      if (forward.error) std::rethrow_exception(forward.error);
+      for (const auto& l : forward.logits) sampled.push_back(greedy_token(l));
     }
     connector_->queue_stores(meta);
     const WorkerOutput out = connector_->take_output();

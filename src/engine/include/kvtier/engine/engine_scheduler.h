@@ -151,6 +151,9 @@ class EngineScheduler {
   void release_blocks(Request& r);
   void schedule(Request& r, size_t& budget, std::vector<Request*>& scheduled, StepInput& input);
   void finish(Request& r);
+  // `r` computed `count` more tokens and sampled `sampled`: a token out when its prefill is done.
+  void computed(Request& r, size_t count, TokenId sampled, std::vector<RequestUpdate>& updates,
+                std::vector<Request*>& done);
   void cache_computed_blocks(Request& r);
 
   const Config config_;
@@ -158,6 +161,9 @@ class EngineScheduler {
   BlockPool blocks_;
   // The connector's scheduler side (ConnectorFactory); all null when connector.enabled is false.
   SchedulerSide side_;
+  // Layer-wise transfers (ConnectorFactory::granularity): a loading request is computed in its
+  // load's step, its result kept once the load completed.
+  bool layerwise_ = false;
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // admission order

@@ -48,6 +48,36 @@ struct ForwardInput {
   std::vector<std::span<const uint32_t>> block_tables;
 };
 
+class TinyModel;
+
+// One forward_batch split at layer boundaries, for an engine that interleaves work of its own
+// with the layers (layer-wise KV transfers: wait for a layer's load before run_layer, hand the
+// layer's KV over after it): run_layer(0), …, run_layer(layers - 1) in order, then logits().
+// The result is bit-identical to forward_batch. Holds references to what begin() was given:
+// they must outlive it. Movable, not copyable; one thread at a time.
+class ForwardPass {
+ public:
+  ForwardPass(ForwardPass&&) noexcept;
+  ForwardPass& operator=(ForwardPass&&) noexcept;
+  ~ForwardPass();
+
+  uint32_t layers() const;
+  // The KV-cache layer model layer `layer` writes: its group and its index in the group.
+  uint32_t group_of(uint32_t layer) const;
+  uint32_t index_in_group(uint32_t layer) const;
+  // Writes this rank's K/V of the new positions for `layer` and attends; layers in order
+  // (std::logic_error otherwise).
+  void run_layer(uint32_t layer);
+  // Each sequence's logits, after the last layer (std::logic_error before).
+  std::vector<std::vector<float>> logits();
+
+ private:
+  friend class TinyModel;
+  struct State;
+  explicit ForwardPass(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
 class TinyModel {
  public:
   // Throws std::invalid_argument when config.validate_for(world_size) fails or rank >= N.
@@ -78,10 +108,16 @@ class TinyModel {
                                                 const KvLayout& layout,
                                                 const KvCacheAddresses& cache,
                                                 Collective& collective) const;
+  // forward_batch, layer by layer (ForwardPass). Checks the arguments as forward_batch does;
+  // reads no KV yet.
+  ForwardPass begin(std::span<const ForwardInput> inputs, const KvLayout& layout,
+                    const KvCacheAddresses& cache, Collective& collective) const;
 
  private:
   void check(const ForwardInput& input, const KvLayout& layout, const KvCacheAddresses& cache,
              const Collective& collective) const;
+
+  friend class ForwardPass;
 
   ModelConfig config_;
   uint32_t rank_;
