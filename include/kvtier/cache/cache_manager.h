@@ -38,6 +38,7 @@
 #include "kvtier/cache/eviction_policy.h"
 #include "kvtier/cache/slot_id.h"
 #include "kvtier/core/chunk_key.h"
+#include "kvtier/core/kv_event_publisher.h"
 #include "kvtier/core/status.h"
 
 namespace kvtier {
@@ -134,6 +135,11 @@ class CacheManager {
   // Events since the last call, oldest first.
   std::vector<CacheEvent> take_events();
 
+  // From now on every change of the ready keys (the events above) is also published as KV
+  // events on `medium`, each chunk `block_size` tokens (docs/events.md); null stops it. The
+  // publisher must outlive the manager.
+  void publish_events(KvEventPublisher* publisher, std::string medium, uint32_t block_size);
+
  private:
   friend class CacheManagerTestPeer;  // tests corrupt internals to prove audit() sees it
 
@@ -147,6 +153,7 @@ class CacheManager {
 
   bool evictable(const ChunkKey& key) const;
   void drop_ready(const ChunkKey& key);
+  void emit(CacheEvent event);
 
   const size_t num_slots_;
   const size_t slot_bytes_;
@@ -159,6 +166,9 @@ class CacheManager {
   size_t num_quarantined_ready_ = 0;  // by quarantine_load: key still indexed
   CacheCounters stats_;               // event counts; slot counts are computed
   std::vector<CacheEvent> events_;
+  KvEventPublisher* publisher_ = nullptr;
+  std::string medium_;
+  uint32_t block_size_ = 0;
 };
 
 }  // namespace kvtier
