@@ -79,10 +79,12 @@ TEST(ChooseCore, TheLongestCachedPrefixWinsAtEqualLoad) {
 TEST(ChooseCore, AHotPrefixSpillsOnceItsCoreIsBusierThanWhatItSaves) {
   std::vector<CoreLoad> cores(2, CoreLoad{.serving = true});
   cores[0].cached = 100;  // saves 100 of 128 tokens
-  cores[0].work = 99;
+  cores[0].work = 399;    // weighs 99.75
   EXPECT_EQ(choose_core(cores, 128), 0u);
-  cores[0].work = 101;
+  cores[0].work = 404;  // 101
   EXPECT_EQ(choose_core(cores, 128), 1u);
+  cores[1].work = 8;  // 2: core 0 is again less than what it saves busier
+  EXPECT_EQ(choose_core(cores, 128), 0u);
 }
 
 TEST(ChooseCore, OnlyServingCoresAndTiesGoToFewerRequests) {

@@ -84,7 +84,8 @@ std::optional<uint32_t> choose_core(std::span<const CoreLoad> cores, size_t prom
   for (uint32_t n = 0; n < cores.size(); ++n) {
     const CoreLoad& c = cores[n];
     if (!c.serving) continue;
-    const double cost = std::max(0.0, double(prompt_tokens) - c.cached) + double(c.work);
+    const double cost =
+        std::max(0.0, double(prompt_tokens) - c.cached) + kLoadWeight * double(c.work);
     if (!best || cost < best_cost || (cost == best_cost && c.requests < cores[*best].requests)) {
       best = n;
       best_cost = cost;

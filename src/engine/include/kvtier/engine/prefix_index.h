@@ -69,11 +69,16 @@ struct CoreLoad {
   uint32_t requests = 0;  // its requests in flight
 };
 
+// How much a token of work in flight weighs against a token to compute. Below 1: a prefix
+// computed elsewhere is lost for good (the conversation's later rounds follow it), while load
+// passes, so a conversation stays where its prefix is until its core is several requests busier.
+inline constexpr double kLoadWeight = 0.25;
+
 // The serving core with the least cost for a prompt of `prompt_tokens`: the prompt tokens it
-// would compute (prompt_tokens - cached) plus the work already in flight on it, so that a hot
-// prefix spills to another core once the core that holds it is busier than what the prefix
-// saves. Ties go to fewer requests in flight, then to the lower index. nullopt when no core
-// serves.
+// would compute (prompt_tokens - cached) plus kLoadWeight x the work already in flight on it,
+// so that a hot prefix spills to another core once the core that holds it is busier than what
+// the prefix saves (by 1 / kLoadWeight). Ties go to fewer requests in flight, then to the lower
+// index. nullopt when no core serves.
 std::optional<uint32_t> choose_core(std::span<const CoreLoad> cores, size_t prompt_tokens);
 
 }  // namespace kvtier
