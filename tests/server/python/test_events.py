@@ -173,3 +173,87 @@ def test_a_bad_events_endpoint_is_a_clear_error():
                             capture_output=True, text=True, timeout=30)
     assert result.returncode != 0
     assert "events.endpoint" in result.stderr
+
+
+def test_an_engine_core_announces_its_device_blocks_with_their_tokens():
+    """`kvtier serve` (one engine core, kvtier off): a completion's prompt blocks are announced
+    on medium device, chained, with the prompt's bytes as token ids (one token per byte)."""
+    import json
+    import re
+    import subprocess
+    import urllib.error
+    import urllib.request
+    from test_protocol import binary
+    events = ipc("serve-events")
+    serve = subprocess.Popen([binary(), "--set", "engine.port=0", "--set", f"events.endpoint={events}",
+                              "--set", "connector.enabled=false", "serve"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(events)
+    try:
+        port = None
+        while port is None:
+            line = serve.stdout.readline()
+            assert line, "kvtier serve exited before serving"
+            m = re.search(r"serving \S+ on http://[^:]+:(\d+)", line)
+            port = m and int(m.group(1))
+
+        deadline = time.monotonic() + 60
+        while True:   # the engine core says hello after the frontend listens
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except urllib.error.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "kvtier serve never turned healthy"
+            time.sleep(0.05)   # polling pace
+
+        def complete(prompt):
+            body = json.dumps({"prompt": prompt, "max_tokens": 1}).encode()
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                             {"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=30) as r:
+                assert r.status == 200
+
+        def device_events(timeout_ms):
+            out = []
+            while sub.poll(timeout_ms):
+                _, seq, payload = sub.recv_multipart()
+                ts, batch, rank = msgpack.unpackb(payload, raw=False)
+                assert rank == 0   # engine core 0
+                out += [e for e in batch if e[0] == "BlockStored" and e[6] == "device"]
+                timeout_ms = 100
+            return out
+
+        # The SUB socket connects in the background: new prompts until an event arrives.
+        for attempt in range(100):
+            complete(f"warm-up {attempt} " + "w" * 40)
+            if device_events(200):
+                break
+        else:
+            pytest.fail("no device event from kvtier serve")
+        prompt = "The quick brown fox jumps over the lazy dog, again and again and again!"
+        complete(prompt)
+        stored = device_events(1000)
+        assert stored, "the completion's blocks were not announced"
+        hashes, tokens, parent = [], [], "unset"
+        for _, block_hashes, block_parent, token_ids, block_size, lora_id, _ in stored:
+            assert block_size == 16 and lora_id is None
+            assert len(token_ids) == 16 * len(block_hashes)
+            if parent == "unset":
+                parent = block_parent
+            else:
+                assert block_parent == hashes[-1]   # each event continues the chain
+            hashes += block_hashes
+            tokens += token_ids
+        assert parent is None                       # the chain starts at the prompt's start
+        full = len(prompt.encode()) // 16
+        assert tokens[:16 * full] == list(prompt.encode()[:16 * full])
+        assert len(set(hashes)) == len(hashes)
+    finally:
+        sub.close()
+        serve.terminate()
+        serve.wait(timeout=30)
