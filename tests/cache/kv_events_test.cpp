@@ -140,6 +140,32 @@ TEST(KvEvents, WithoutReplayAGapIsCountedAndTheStreamGoesOn) {
   EXPECT_EQ(mirror.on("host"), (std::set{key(2)}));  // key(1) was missed for good
 }
 
+TEST(KvEvents, APublisherThatStartsAgainMakesTheSubscriberForgetWhatItAnnounced) {
+  Endpoints ep;
+  KvEventMirror mirror;
+  auto pub = std::make_unique<KvEventPublisher>(KvEventPublisherOptions{.endpoints = {ep.pub}});
+  KvEventSubscriber sub({.endpoint = ep.pub});
+  ASSERT_TRUE(testing::connected(*pub, sub, mirror));
+  // Many batches: the new publisher's numbers seen after it reconnects stay below them.
+  for (uint64_t i = 0; i < 200; ++i) {
+    pub->stored("host", std::vector{key(i % 5)}, kChunkTokens);
+    pub->flush();
+  }
+  ASSERT_TRUE(mirror.caught_up(*pub, sub));
+  ASSERT_EQ(mirror.on("host").size(), 5u);
+  // The process restarts: a new publisher on the same endpoint numbers from 0 again.
+  pub.reset();
+  pub = std::make_unique<KvEventPublisher>(KvEventPublisherOptions{.endpoints = {ep.pub}});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (sub.counters().restarts == 0 && std::chrono::steady_clock::now() < deadline) {
+    pub->stored("host", std::vector{key(100)}, kChunkTokens);
+    pub->flush();
+    for (const KvEventBatch& b : sub.poll(std::chrono::milliseconds(10))) mirror.apply(b);
+  }
+  EXPECT_EQ(sub.counters().restarts, 1u);
+  EXPECT_EQ(mirror.on("host"), (std::set{key(100)}));
+}
+
 TEST(KvEvents, AMalformedReplayRequestGetsTheEndMarkerWithAReason) {
   Endpoints ep;
   KvEventPublisher pub({.endpoints = {ep.pub}, .replay_endpoints = {ep.replay}});
