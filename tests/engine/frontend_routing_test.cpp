@@ -29,9 +29,9 @@ PromptKeys keys_of(const FrontendRig& rig, const std::string& prompt) {
 TEST(FrontendRouting, ARequestGoesToTheCoreThatHoldsItsPrefix) {
   FrontendRig rig({.cores = 2});
   ASSERT_TRUE(rig.health_becomes("ok"));
-  // Core 1's events: the prompt's device blocks.
-  KvEventPublisher core1({.endpoints = {events_endpoint(rig.run_dir.string(), 1)},
-                          .replay_endpoints = {events_replay_endpoint(rig.run_dir.string(), 1)}});
+  // Core 0's events: the prompt's device blocks.
+  KvEventPublisher core0({.endpoints = {events_endpoint(rig.run_dir.string(), 0)},
+                          .replay_endpoints = {events_replay_endpoint(rig.run_dir.string(), 0)}});
   const std::string prompt = hanging_prompt('a');
   const PromptKeys keys = keys_of(rig, prompt);
   ASSERT_GE(keys.device.size(), 3u);
@@ -39,22 +39,27 @@ TEST(FrontendRouting, ARequestGoesToTheCoreThatHoldsItsPrefix) {
   // batch sent before it connected is lost; the next one shows the gap and replay fills it).
   ASSERT_TRUE(wait_until(
       [&] {
-        core1.stored(kMediumDevice, keys.device, keys.block_size);
-        core1.flush();
-        return rig.manager->indexed_blocks(1, "device") == keys.device.size();
+        core0.stored(kMediumDevice, keys.device, keys.block_size);
+        core0.flush();
+        return rig.manager->indexed_blocks(0, "device") == keys.device.size();
       },
       5000ms));
-  // A request with another prefix first, so that load alone would pick core 1 next.
+  // A request with another prefix first: it goes to core 0 (a tie, the lower index), so that
+  // load alone would pick core 1 next.
   auto other = rig.manager->submit(tokenize(hanging_prompt('b')), 4);
   ASSERT_TRUE(other);
   EXPECT_EQ(rig.manager->core_of((*other)->id()), 0u);
+  // The cached prefix outweighs core 0's request in flight.
   auto hit = rig.manager->submit(tokenize(prompt), 4);
   ASSERT_TRUE(hit);
-  EXPECT_EQ(rig.manager->core_of((*hit)->id()), 1u);
-  // The prefix leaves core 1: the next request goes by load (core 0 has one, core 1 one).
-  core1.removed(kMediumDevice, keys.device);
-  core1.flush();
-  ASSERT_TRUE(wait_until([&] { return rig.manager->indexed_blocks(1, "device") == 0; }, 5000ms));
+  EXPECT_EQ(rig.manager->core_of((*hit)->id()), 0u);
+  // Once the prefix has left core 0, load decides: core 1.
+  core0.removed(kMediumDevice, keys.device);
+  core0.flush();
+  ASSERT_TRUE(wait_until([&] { return rig.manager->indexed_blocks(0, "device") == 0; }, 5000ms));
+  auto miss = rig.manager->submit(tokenize(prompt), 4);
+  ASSERT_TRUE(miss);
+  EXPECT_EQ(rig.manager->core_of((*miss)->id()), 1u);
 }
 
 TEST(FrontendRouting, RequestsAreServedWhenTheEventStreamIsDown) {
