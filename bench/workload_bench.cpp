@@ -27,51 +27,15 @@
 #include "kvtier/engine/engine_shape.h"
 #include "kvtierd_instance.h"
 #include "serve_instance.h"
+#include "workload_driver.h"
 
 namespace kvtier::bench {
 namespace {
 
-using BenchClock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-double ms_since(BenchClock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(BenchClock::now() - t0).count();
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i =
-      std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
-  return v[i];
-}
 
 bool contains(const std::vector<std::string>& names, const std::string& name) {
   return std::ranges::find(names, name) != names.end();
-}
-
-constexpr size_t kBlock = 16;
-constexpr size_t kBlocksPerChunk = 4;
-
-// The overrides every server of the bench shares.
-std::vector<std::string> base_sets(uint32_t world_size, size_t device_blocks, size_t max_context) {
-  return {"engine.port=0",
-          "engine.world_size=" + std::to_string(world_size),
-          "engine.device_blocks=" + std::to_string(device_blocks),
-          "engine.max_batched_tokens=2048",
-          "engine.request_timeout_s=600",
-          "model.max_context=" + std::to_string(max_context),
-          "layout.block_size=" + std::to_string(kBlock),
-          "layout.blocks_per_chunk=" + std::to_string(kBlocksPerChunk),
-          "cache.host_bytes=512MiB"};
-}
-
-// The KV bytes of one chunk over all ranks, for a server started with these overrides.
-uint64_t chunk_bytes_of(const std::vector<std::string>& sets) {
-  const Result<Config> config = with_overrides(Config{}, sets);
-  if (!config) throw std::runtime_error("workload config: " + config.error().message);
-  const EngineShape shape = engine_shape(*config);
-  return uint64_t{shape.layout.max_chunk_bytes()} * shape.world_size;
 }
 
 // kvtierd sized for one rank's share of the layout those overrides give.
@@ -80,156 +44,6 @@ std::vector<std::string> kvtierd_sets(const std::vector<std::string>& serve_sets
   sets.push_back("cache.host_bytes=512MiB");
   return sets;
 }
-
-// The counters of one server that a row reports, read from /metrics (and kvtierd's STATS).
-struct Counters {
-  double prompt_tokens = 0;
-  double cached_tokens = 0;
-  double generated_tokens = 0;
-  double loaded_tokens = 0;
-  double stored_chunks = 0;
-  std::map<std::string, double> mover;  // the tier mover's counters (cache disk)
-
-  Counters operator-(const Counters& o) const {
-    Counters d{prompt_tokens - o.prompt_tokens,       cached_tokens - o.cached_tokens,
-               generated_tokens - o.generated_tokens, loaded_tokens - o.loaded_tokens,
-               stored_chunks - o.stored_chunks,       mover};
-    for (auto& [name, value] : d.mover) {
-      const auto it = o.mover.find(name);
-      if (it != o.mover.end()) value -= it->second;
-    }
-    return d;
-  }
-};
-
-// The tier mover's counters a disk row shows (tier_mover.h): where chunks went on their way
-// down and back.
-const char* const kMoverCounters[] = {"chunks_demoted", "writes_dropped",    "writes_missed",
-                                      "prefetch_keys",  "prefetch_rejected", "prefetch_succeeded"};
-
-// One cache mode's server (and its kvtierd).
-struct ModeServer {
-  std::string cache;
-  std::unique_ptr<KvtierdInstance> kvtierd;  // cache kvtierd only
-  std::unique_ptr<ServeInstance> serve;
-
-  Counters counters() const {
-    const HttpAnswer m = serve->get("/metrics", 5s);
-    if (m.status != 200)
-      throw std::runtime_error(cache + ": /metrics answered " + std::to_string(m.status));
-    Counters c{
-        .prompt_tokens = metric_sum(m.body, "kvtier_prompt_tokens_total"),
-        .cached_tokens = metric_sum(m.body, "kvtier_cached_prompt_tokens_total"),
-        .generated_tokens = metric_sum(m.body, "kvtier_generation_tokens_total"),
-        .loaded_tokens = metric_sum(m.body, "kvtier_core_kvtier_loaded_tokens_total"),
-        .stored_chunks = metric_sum(m.body, "kvtier_core_kvtier_host_stores_succeeded_total")};
-    if (cache == "disk") {
-      for (const char* name : kMoverCounters) {
-        c.mover[name] =
-            metric_sum(m.body, std::string("kvtier_core_kvtier_tier_") + name + "_total");
-      }
-    }
-    if (kvtierd) {
-      const auto stats = kvtierd->stats(5s);
-      if (!stats) throw std::runtime_error("kvtierd answers no STATS");
-      const auto it = stats->find("stores_succeeded");
-      c.stored_chunks = it == stats->end() ? 0 : static_cast<double>(it->second);
-    }
-    return c;
-  }
-};
-
-// What one mode did with one cell's requests.
-struct CellRun {
-  std::vector<std::optional<std::string>> outputs;  // nullopt: the request failed
-  std::vector<double> ttft_ms;
-  std::vector<double> itl_ms;  // per request: (last token - first token) / (tokens - 1)
-  double wall_s = 0;
-  Counters counters;                       // the server's counters moved by this run
-  std::map<std::string, size_t> failures;  // how failed requests ended, counted
-};
-
-// How a request that did not complete ended, in a few words.
-std::string failure_of(const StreamResult& r) {
-  if (r.status != 200) return "status " + std::to_string(r.status);
-  if (r.error_event) return "error event";
-  if (!r.done) return "stream ended early";
-  return "no text";
-}
-
-// Sends the scenario's requests `concurrency` at a time, each after the one it must follow.
-CellRun run_cell(const ModeServer& server, const Scenario& scenario, size_t concurrency) {
-  const size_t n = scenario.requests.size();
-  CellRun run;
-  run.outputs.resize(n);
-  std::vector<double> ttft(n, -1), itl(n, -1);
-  std::vector<bool> finished(n, false);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<size_t> next{0};
-  const Counters before = server.counters();
-  const auto t0 = BenchClock::now();
-  std::vector<std::jthread> clients;
-  for (size_t c = 0; c < std::min(concurrency, n); ++c) {
-    clients.emplace_back([&] {
-      for (size_t i = next++; i < n; i = next++) {
-        const ScenarioRequest& request = scenario.requests[i];
-        if (request.after) {
-          std::unique_lock lock(mu);
-          cv.wait(lock, [&] { return finished[*request.after]; });
-        }
-        const StreamResult r = server.serve->stream(request.prompt, scenario.max_tokens, 600s);
-        {
-          std::lock_guard lock(mu);
-          if (r.status == 200 && r.done && r.ttft_ms) {
-            run.outputs[i] = r.text;
-            ttft[i] = *r.ttft_ms;
-            if (r.pieces >= 2) {
-              itl[i] = (r.last_piece_ms - *r.ttft_ms) / static_cast<double>(r.pieces - 1);
-            }
-          } else {
-            ++run.failures[failure_of(r)];
-          }
-          finished[i] = true;
-        }
-        cv.notify_all();
-      }
-    });
-  }
-  clients.clear();  // joins
-  run.wall_s = ms_since(t0) / 1000;
-  run.counters = server.counters() - before;
-  for (size_t i = 0; i < n; ++i) {
-    if (ttft[i] >= 0) run.ttft_ms.push_back(ttft[i]);
-    if (itl[i] >= 0) run.itl_ms.push_back(itl[i]);
-  }
-  return run;
-}
-
-// A line on stderr naming what runs now: rewritten in place on a terminal, one line each
-// otherwise (a log keeps them all).
-class Progress {
- public:
-  Progress() : tty_(isatty(STDERR_FILENO) == 1) {}
-  ~Progress() {
-    if (tty_ && shown_) std::cerr << "\n";
-  }
-  void show(const std::string& line) {
-    if (tty_) {
-      std::cerr << "\r" << line << std::string(line.size() < width_ ? width_ - line.size() : 0, ' ')
-                << std::flush;
-      width_ = line.size();
-    } else {
-      std::cerr << line << "\n";
-    }
-    shown_ = true;
-  }
-
- private:
-  bool tty_;
-  bool shown_ = false;
-  size_t width_ = 0;
-};
 
 // The scenarios of workload_scenarios.h: servers per mode, then every concurrency, the modes
 // taking turns. Returns false when a request failed or an output differed from off's.

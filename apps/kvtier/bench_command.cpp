@@ -3,6 +3,7 @@
 #include "chaos_bench.h"
 #include "commands.h"
 #include "kvtier/core/log.h"
+#include "routing_bench.h"
 #include "scheduler_bench.h"
 #include "server_bench.h"
 #include "tier_bench.h"
@@ -139,6 +140,28 @@ Action add_bench_command(CLI::App& app) {
   workload->add_option("--set", work->extra_sets,
                        "KEY=VALUE config override for every server of the scenarios, after the "
                        "bench's own (repeatable; e.g. connector.store_threshold=2)");
+  CLI::App* routing = bench->add_subcommand(
+      "routing",
+      "Routing by cache against routing by load over 4 engine cores on multi-round "
+      "conversations, side by side: hit rates, TTFT p50/p99, hit_rate_ratio against one core "
+      "with all the memory, ttft_p50_speedup, outputs_identical (docs/benchmarks.md)");
+  auto route = std::make_shared<bench::RoutingBenchOptions>();
+  routing->add_flag("--json", route->json, "Print JSON Lines instead of key=value rows");
+  routing->add_option("--target", route->targets, "Targets, repeatable (default: cores)")
+      ->check(CLI::IsMember({"cores"}));
+  routing->add_option("--users", route->users, "Conversations (default 16)")
+      ->check(CLI::Range(4, 1024));
+  routing->add_option("--concurrency", route->concurrency, "Requests in flight (default 8)")
+      ->check(CLI::Range(1, 256));
+  routing->add_option("--rounds", route->sizes.rounds, "Rounds per conversation (default 4)")
+      ->check(CLI::Range(2, 100));
+  routing
+      ->add_option("--document-tokens", route->sizes.document_tokens,
+                   "Tokens of each conversation's document (default 1024)")
+      ->check(CLI::Range(64, 65536));
+  routing->add_option("--seed", route->seed, "Seed of the prompts (default 7)");
+  routing->add_option("--set", route->extra_sets,
+                      "KEY=VALUE config override for every server, after the bench's own");
   CLI::App* server = bench->add_subcommand(
       "server", "kvtierd (ZeroMQ + shared memory) vs a local redis-server holding the same chunks");
   auto server_options = std::make_shared<bench::ServerBenchOptions>();
@@ -182,17 +205,18 @@ Action add_bench_command(CLI::App& app) {
   chaos->add_option("--seed", chaos_options->seed, "Seed of the requests and the fault schedule");
   chaos->add_flag("!--no-server", chaos_options->server_mode,
                   "Only the default mode: no kvtierd, disk, Redis");
-  return [transfer, options, scheduler, sched, tiers, tier_options, workload, work, server,
-          server_options, chaos, chaos_options](const Config& config) -> int {
+  return [transfer, options, scheduler, sched, tiers, tier_options, workload, work, routing, route,
+          server, server_options, chaos, chaos_options](const Config& config) -> int {
     // The kvtierd and kvtier serve processes a benchmark runs log as role "bench" (stderr; the
     // results go to stdout).
-    for (const CLI::App* cmd : {transfer, scheduler, tiers, workload, server, chaos}) {
+    for (const CLI::App* cmd : {transfer, scheduler, tiers, workload, routing, server, chaos}) {
       if (cmd->parsed()) init_logging(config.log, "bench");
     }
     if (chaos->parsed()) return bench::run_chaos_bench(*chaos_options, std::cout);
     if (server->parsed()) return bench::run_server_bench(*server_options, std::cout);
     if (scheduler->parsed()) return bench::run_scheduler_bench(*sched, std::cout);
     if (workload->parsed()) return bench::run_workload_bench(*work, std::cout);
+    if (routing->parsed()) return bench::run_routing_bench(*route, std::cout);
     if (tiers->parsed()) return bench::run_tier_bench(*tier_options, std::cout);
     if (!transfer->parsed()) return -1;
     options->max_batch_descriptors = config.transfer.max_batch_descriptors;

@@ -173,7 +173,7 @@ std::expected<StorePlan, StoreRefusal> CacheManager::prepare_store_for(
     drop_ready(key);
   }
   stats_.evictions += plan.evicted.size();
-  if (!plan.evicted.empty()) events_.push_back({CacheEventKind::kRemoved, plan.evicted});
+  if (!plan.evicted.empty()) emit({CacheEventKind::kRemoved, plan.evicted});
   plan.slots.reserve(plan.keys.size());
   for (const ChunkKey& key : plan.keys) {
     const SlotId slot = free_slots_.back();
@@ -206,7 +206,7 @@ void CacheManager::complete_store(std::span<const ChunkKey> keys, Verdict verdic
     }
   }
   stats_.stores_succeeded += stored.size();
-  if (!stored.empty()) events_.push_back({CacheEventKind::kStored, std::move(stored)});
+  if (!stored.empty()) emit({CacheEventKind::kStored, std::move(stored)});
 }
 
 Result<std::vector<SlotId>> CacheManager::prepare_load(std::span<const ChunkKey> keys) {
@@ -259,7 +259,7 @@ size_t CacheManager::reset() {
     policy_->remove(key);
     drop_ready(key);
   }
-  if (!removed.empty()) events_.push_back({CacheEventKind::kRemoved, removed});
+  if (!removed.empty()) emit({CacheEventKind::kRemoved, removed});
   return removed.size();
 }
 
@@ -303,6 +303,25 @@ CacheCounters CacheManager::counters() const {
   c.slots_pinned = num_pinned_;
   c.quarantined_bytes = uint64_t{c.slots_quarantined} * slot_bytes_;
   return c;
+}
+
+void CacheManager::publish_events(KvEventPublisher* publisher, std::string medium,
+                                  uint32_t block_size) {
+  publisher_ = publisher;
+  medium_ = std::move(medium);
+  block_size_ = block_size;
+}
+
+// The one place the ready keys' changes are reported: to take_events() and to the publisher.
+void CacheManager::emit(CacheEvent event) {
+  if (publisher_) {
+    if (event.kind == CacheEventKind::kStored) {
+      publisher_->stored(medium_, event.keys, block_size_);
+    } else {
+      publisher_->removed(medium_, event.keys);
+    }
+  }
+  events_.push_back(std::move(event));
 }
 
 std::vector<CacheEvent> CacheManager::take_events() {

@@ -69,6 +69,10 @@ TierMover::~TierMover() {
   for (PrefetchJob& job : prefetch_queue_) cache_.complete_store(job.keys, Verdict::kFailed);
 }
 
+void TierMover::publish_events(KvEventPublisher* publisher, uint32_t block_size) {
+  for (MoverTier& t : tiers_) t.tier->publish_events(publisher, block_size);
+}
+
 // ---- write-behind ----
 
 bool TierMover::enqueue_write(const ChunkKey& key, SlotId slot) {

@@ -267,6 +267,18 @@ Status Config::validate() const {
         "server.curve_key_file: required with server.tenants_file (kvtierd's key "
         "pair; kvtier keygen)");
   }
+  for (const auto& [key, endpoint] :
+       {std::pair{"events.endpoint", &events.endpoint},
+        std::pair{"events.replay_endpoint", &events.replay_endpoint}}) {
+    if (!endpoint->empty() && !endpoint->starts_with("tcp://") &&
+        !endpoint->starts_with("ipc://")) {
+      return invalid(std::string(key) + ": must be empty, tcp://host:port or ipc://path, got '" +
+                     *endpoint + "'");
+    }
+  }
+  if (events.endpoint.empty() && !events.replay_endpoint.empty()) {
+    return invalid("events.replay_endpoint: needs events.endpoint (replay is of published events)");
+  }
   return kv_layout().validate();
 }
 

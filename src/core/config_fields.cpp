@@ -60,6 +60,8 @@ const std::vector<Field>& config_fields() {
     constexpr Section<EngineConfig> engine{"engine", &Config::engine};
     constexpr Section<FaultsConfig> faults{"faults", &Config::faults};
     constexpr Section<ServerConfig> server{"server", &Config::server};
+    constexpr Section<EventsConfig> events{"events", &Config::events};
+    constexpr Section<RoutingConfig> routing{"routing", &Config::routing};
     constexpr Section<LogConfig> log{"log", &Config::log};
     constexpr uint32_t kMaxU32 = std::numeric_limits<uint32_t>::max();
     return std::vector<Field>{
@@ -287,6 +289,22 @@ const std::vector<Field>& config_fields() {
         server.field("metrics_host", &ServerConfig::metrics_host, text(),
                      "Server side: address the metrics port listens on; 0.0.0.0 for every "
                      "interface."),
+        events.field("endpoint", &EventsConfig::endpoint, text(),
+                     "ZeroMQ endpoint (tcp://host:port or ipc://path) on which kvtierd and each "
+                     "engine core of kvtier serve publish KV events about their cache's contents "
+                     "(docs/events.md); engine core n adds n to the tcp port (ipc: appends -n). "
+                     "Empty publishes none."),
+        events.field("replay_endpoint", &EventsConfig::replay_endpoint, text(),
+                     "ZeroMQ endpoint of the KV events' replay socket (a ROUTER answering a "
+                     "start sequence number with the batches since, or a snapshot); numbered as "
+                     "events.endpoint. Empty: no replay."),
+        events.field("buffer_batches", &EventsConfig::buffer_batches, integer_in(1, 1 << 20),
+                     "KV event batches kept for replay; a subscriber that missed older ones "
+                     "gets a snapshot of the cache's contents instead."),
+        routing.field("policy", &RoutingConfig::policy, one_of({"cache", "load"}),
+                      "How the frontend of kvtier serve picks an engine core: cache (the longest "
+                      "prefix cached on the device, then host, then lower tiers, weighed by the "
+                      "cores' load; from the cores' KV events) or load (the least loaded)."),
         log.field("level", &LogConfig::level,
                   one_of({"trace", "debug", "info", "warning", "error", "off"}),
                   "Least severe log lines written to stderr, by kvtierd and by every process of "

@@ -73,9 +73,24 @@ CacheService::CacheService(const ServerOptions& options, const Tenants& tenants,
                         .guaranteed_slots = static_cast<size_t>(limits.guaranteed_slots)});
     }
   }
+  if (const EventsConfig& e = options.config.events; !e.endpoint.empty()) {
+    events_ = std::make_unique<KvEventPublisher>(KvEventPublisherOptions{
+        .endpoints = {e.endpoint},
+        .replay_endpoints =
+            e.replay_endpoint.empty() ? std::vector<std::string>{} : std::vector{e.replay_endpoint},
+        .buffer_batches = e.buffer_batches});
+    // kvtierd keys chunks of any client's layout; the config's layout names their size.
+    cache_.publish_events(
+        events_.get(), std::string(kMediumHost),
+        options.config.layout.block_size * options.config.layout.blocks_per_chunk);
+  }
   if (!tiers.empty()) {
     mover_ = std::make_unique<TierMover>(cache_, pool_, std::move(tiers),
                                          tier_mover_options(options.config.tiers));
+    if (events_) {
+      mover_->publish_events(
+          events_.get(), options.config.layout.block_size * options.config.layout.blocks_per_chunk);
+    }
     counters_["tier_prefetches_completed"] = 0;
   }
 }

@@ -249,6 +249,8 @@ class CacheService {
   // above).
   // Never held together with mu_.
   mutable std::mutex state_mu_;
+  // KV events of the host cache (events.endpoint); null when off. Outlives cache_.
+  std::unique_ptr<KvEventPublisher> events_;
   CacheManager cache_;
   std::unique_ptr<TierMover> mover_;  // null without tiers; destroyed before cache_
   ReadLocks locks_;

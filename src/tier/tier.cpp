@@ -48,6 +48,11 @@ Result<std::vector<ChunkStatus>> Tier::put(std::span<const ChunkKey> keys,
   return result;
 }
 
+void Tier::publish_events(KvEventPublisher* publisher, uint32_t block_size) {
+  block_size_ = block_size;
+  publisher_ = publisher;
+}
+
 Result<std::vector<ChunkStatus>> Tier::get(std::span<const ChunkKey> keys,
                                            std::span<const std::span<std::byte>> dst,
                                            Duration timeout) {

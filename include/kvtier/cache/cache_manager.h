@@ -46,6 +46,7 @@
 #include "kvtier/cache/owner_quota.h"
 #include "kvtier/cache/slot_id.h"
 #include "kvtier/core/chunk_key.h"
+#include "kvtier/core/kv_event_publisher.h"
 #include "kvtier/core/status.h"
 
 namespace kvtier {
@@ -153,6 +154,11 @@ class CacheManager {
   // Events since the last call, oldest first.
   std::vector<CacheEvent> take_events();
 
+  // From now on every change of the ready keys (the events above) is also published as KV
+  // events on `medium`, each chunk `block_size` tokens (docs/events.md); null stops it. The
+  // publisher must outlive the manager.
+  void publish_events(KvEventPublisher* publisher, std::string medium, uint32_t block_size);
+
  private:
   friend class CacheManagerTestPeer;  // tests corrupt internals to prove audit() sees it
 
@@ -173,6 +179,7 @@ class CacheManager {
   // in `keep`; fewer than n when no more may be evicted.
   std::vector<ChunkKey> choose_victims_for(OwnerId owner, size_t n,
                                            const EvictablePredicate& keep) const;
+  void emit(CacheEvent event);
 
   const size_t num_slots_;
   const size_t slot_bytes_;
@@ -189,6 +196,9 @@ class CacheManager {
   std::unordered_map<OwnerId, OwnerQuota> quotas_;
   std::unordered_map<OwnerId, size_t> owned_;
   std::vector<CacheEvent> events_;
+  KvEventPublisher* publisher_ = nullptr;
+  std::string medium_;
+  uint32_t block_size_ = 0;
 };
 
 }  // namespace kvtier

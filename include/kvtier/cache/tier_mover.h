@@ -157,6 +157,10 @@ class TierMover {
   // Completes finished prefetches (complete_store). Returns the number of keys completed.
   size_t poll();
 
+  // KV events: every tier publishes what it stores (and the disk tier what it drops) on
+  // `publisher`, each chunk `block_size` tokens (Tier::publish_events); null stops it.
+  void publish_events(KvEventPublisher* publisher, uint32_t block_size);
+
   std::vector<std::string> degraded_tiers() const;
   std::vector<TierMetrics> tier_metrics() const;
   TierMoverCounters counters() const;

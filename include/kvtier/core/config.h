@@ -179,6 +179,22 @@ struct ServerConfig {
   bool operator==(const ServerConfig&) const = default;
 };
 
+// KV events (docs/events.md): what a cache publishes about its contents, for routers.
+struct EventsConfig {
+  std::string endpoint;         // ZeroMQ PUB endpoint bound; empty: no events
+  std::string replay_endpoint;  // ZeroMQ ROUTER endpoint bound for replay; empty: none
+  uint32_t buffer_batches = 1024;
+
+  bool operator==(const EventsConfig&) const = default;
+};
+
+// How the frontend of `kvtier serve` picks an engine core for a request.
+struct RoutingConfig {
+  std::string policy = "cache";  // cache (longest cached prefix, weighed by load) | load
+
+  bool operator==(const RoutingConfig&) const = default;
+};
+
 // What every kvtier process logs (kvtierd and each process of `kvtier serve`), see log.h.
 struct LogConfig {
   std::string level = "info";   // trace, debug, info, warning, error, off
@@ -210,6 +226,8 @@ struct Config {
   EngineConfig engine;
   FaultsConfig faults;
   ServerConfig server;
+  EventsConfig events;
+  RoutingConfig routing;
   LogConfig log;
 
   // Every field within its rule and the layout valid; for configurations built in code (a

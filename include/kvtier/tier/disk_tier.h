@@ -88,6 +88,9 @@ class DiskTier final : public Tier {
   ~DiskTier() override;
 
   std::string name() const override { return "disk"; }
+  // Also announces every chunk the tier already holds (found again after a restart), and from
+  // then on publishes the chunks it evicts, overwrites or finds corrupt as removed.
+  void publish_events(KvEventPublisher* publisher, uint32_t block_size) override;
 
   uint64_t bytes_used() const;  // bytes of the live records the index holds
   uint64_t disk_bytes() const;  // bytes of the segment files

@@ -47,6 +47,10 @@ class HealthCheckedTier final : public Tier {
   HealthCheckedTier(std::unique_ptr<Tier> inner, HealthOptions options);
 
   std::string name() const override { return inner_->name(); }
+  // The inner tier publishes (a call through the wrapper reaches it).
+  void publish_events(KvEventPublisher* publisher, uint32_t block_size) override {
+    inner_->publish_events(publisher, block_size);
+  }
   TierState state() const;
   // Pings the tier when it is DOWN and its probe is due, or lets it probe its down parts
   // (Tier::probe_down_parts()) while it is UP; returns the state afterwards.

@@ -36,6 +36,7 @@
 #include "kvtier/core/chunk_key.h"
 #include "kvtier/core/clock.h"
 #include "kvtier/core/counter_kind.h"
+#include "kvtier/core/kv_event_publisher.h"
 #include "kvtier/core/status.h"
 
 namespace kvtier {
@@ -117,7 +118,17 @@ class Tier {
   // they recover while no call needs them).
   virtual void probe_down_parts() {}
 
+  // KV events (docs/events.md): from now on the chunks put() stores are published as stored on
+  // medium name(), each `block_size` tokens, and a tier that drops chunks itself (the disk
+  // tier's evictions) publishes their removal; null stops it. A wrapper forwards to the tier it
+  // wraps. The publisher must outlive the tier.
+  virtual void publish_events(KvEventPublisher* publisher, uint32_t block_size);
+
  protected:
+  // The publisher publish_events() set (null: none) and its block size.
+  KvEventPublisher* events() const { return publisher_.load(); }
+  uint32_t event_block_size() const { return block_size_.load(); }
+
   virtual Result<std::vector<ChunkStatus>> do_put(
       std::span<const ChunkKey> keys, std::span<const std::span<const std::byte>> chunks,
       Duration timeout) = 0;
@@ -134,6 +145,8 @@ class Tier {
         bytes_read{0}, bytes_written{0}, skipped_keys{0};
   };
   Cells cells_;
+  std::atomic<KvEventPublisher*> publisher_{nullptr};
+  std::atomic<uint32_t> block_size_{0};
 };
 
 }  // namespace kvtier

@@ -29,8 +29,10 @@ std::optional<uint32_t> BlockPool::allocate() {
   } else if (!evictable_.empty()) {
     b = evictable_.front();
     evictable_.pop_front();
-    by_key_.erase(keys_[b].value());  // an evictable block always has its key
+    const ChunkKey key = keys_[b].value();  // an evictable block always has its key
+    by_key_.erase(key);
     keys_[b].reset();
+    if (publisher_) publisher_->removed(kMediumDevice, std::span(&key, 1));
   } else {
     return std::nullopt;
   }
@@ -50,10 +52,13 @@ void BlockPool::release(uint32_t block) {
   }
 }
 
-void BlockPool::cache(uint32_t block, const ChunkKey& key) {
+void BlockPool::cache(uint32_t block, const ChunkKey& key, std::optional<ChunkKey> parent,
+                      std::span<const TokenId> tokens) {
   if (keys_[block] || by_key_.contains(key)) return;
   keys_[block] = key;
   by_key_.emplace(key, block);
+  if (publisher_)
+    publisher_->stored(kMediumDevice, std::span(&key, 1), block_size_, parent, tokens);
 }
 
 }  // namespace kvtier

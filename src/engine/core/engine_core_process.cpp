@@ -33,6 +33,7 @@ class EngineCore {
         config_(config),
         core_(core),
         shape_(engine_shape(config)),
+        events_(make_publisher(config, core, run_dir)),
         scheduler_(engine_core_config(config, core), shape_, host_pool_name(config, getpid())),
         frontend_(context_, zmq::socket_type::dealer),
         workers_socket_(context_, zmq::socket_type::router),
@@ -47,6 +48,7 @@ class EngineCore {
     workers_socket_.set(zmq::sockopt::linger, 0);
     workers_socket_.set(zmq::sockopt::router_mandatory, 0);
     workers_socket_.bind(core_endpoint(run_dir, core));
+    scheduler_.publish_events(events_.get());
     const std::string exe = self_executable();
     for (uint32_t r = 0; r < shape_.world_size; ++r) {
       workers_.push_back(Worker{.process = ChildProcess::spawn(
@@ -109,6 +111,26 @@ class EngineCore {
     std::optional<WorkerOutput> output;
     std::optional<InjectedFaultCounts> faults;  // as of its last done message, with fault injection
   };
+
+  // The endpoints: events.endpoint (numbered by core), and the run dir's for the frontend's
+  // routing when it routes by cache over several cores.
+  static std::unique_ptr<KvEventPublisher> make_publisher(const Config& config, uint32_t core,
+                                                          const std::string& run_dir) {
+    KvEventPublisherOptions options{.buffer_batches = config.events.buffer_batches,
+                                    .data_parallel_rank = core};
+    if (!config.events.endpoint.empty()) {
+      options.endpoints.push_back(core_events_endpoint(config.events.endpoint, core));
+    }
+    if (!config.events.replay_endpoint.empty()) {
+      options.replay_endpoints.push_back(core_events_endpoint(config.events.replay_endpoint, core));
+    }
+    if (routes_by_cache(config)) {
+      options.endpoints.push_back(events_endpoint(run_dir, core));
+      options.replay_endpoints.push_back(events_replay_endpoint(run_dir, core));
+    }
+    if (options.endpoints.empty()) return nullptr;
+    return std::make_unique<KvEventPublisher>(std::move(options));
+  }
 
   std::string worker_name(uint32_t rank) const {
     return "worker " + std::to_string(core_) + "/" + std::to_string(rank) + " (pid " +
@@ -315,6 +337,8 @@ class EngineCore {
   const Config config_;
   const uint32_t core_;
   const EngineShape shape_;
+  // The KV events of this core's caches (null when none is asked for); outlives scheduler_.
+  std::unique_ptr<KvEventPublisher> events_;
   EngineScheduler scheduler_;
   zmq::context_t context_;
   zmq::socket_t frontend_;

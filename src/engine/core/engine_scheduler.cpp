@@ -40,6 +40,13 @@ EngineScheduler::EngineScheduler(const Config& config, const EngineShape& shape,
 
 EngineScheduler::~EngineScheduler() = default;
 
+void EngineScheduler::publish_events(KvEventPublisher* publisher) {
+  blocks_.publish_events(publisher, config_.layout.block_size);
+  const auto chunk_tokens = static_cast<uint32_t>(shape_.layout.groups.front().chunk_tokens());
+  if (side_.cache) side_.cache->publish_events(publisher, std::string(kMediumHost), chunk_tokens);
+  if (side_.mover) side_.mover->publish_events(publisher, chunk_tokens);
+}
+
 std::optional<RequestUpdate> EngineScheduler::add(std::string id, std::vector<TokenId> prompt,
                                                   size_t max_tokens) {
   auto reject = [&](std::string error) {
@@ -92,11 +99,8 @@ bool EngineScheduler::has_work() const {
 void EngineScheduler::extend_block_keys(Request& r) {
   const size_t bs = config_.layout.block_size;
   while ((r.block_keys.size() + 1) * bs <= r.tokens.size()) {
-    const ChunkKey parent = r.block_keys.empty()
-                                ? namespace_root({.model = shape_.model_id,
-                                                  .layout_fingerprint = shape_.layout.fingerprint(),
-                                                  .cache_salt = "device"})
-                                : r.block_keys.back();
+    const ChunkKey parent =
+        r.block_keys.empty() ? namespace_root(device_key_namespace(shape_)) : r.block_keys.back();
     r.block_keys.push_back(
         next_chunk_key(parent, std::span(r.tokens).subspan(r.block_keys.size() * bs, bs)));
   }
@@ -274,8 +278,12 @@ StepPlan EngineScheduler::plan_step() {
 void EngineScheduler::cache_computed_blocks(Request& r) {
   extend_block_keys(r);
   const size_t full = std::min(r.num_computed / config_.layout.block_size, r.block_keys.size());
+  const size_t bs = config_.layout.block_size;
   for (; r.cached_blocks < full; ++r.cached_blocks) {
-    blocks_.cache(r.blocks[r.cached_blocks], r.block_keys[r.cached_blocks]);
+    const size_t i = r.cached_blocks;
+    blocks_.cache(r.blocks[i], r.block_keys[i],
+                  i == 0 ? std::nullopt : std::optional<ChunkKey>(r.block_keys[i - 1]),
+                  std::span(r.tokens).subspan(i * bs, bs));
   }
 }
 

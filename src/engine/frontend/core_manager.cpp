@@ -12,7 +12,9 @@
 #include <zmq.hpp>
 
 #include "kvtier/core/child_process.h"
+#include "kvtier/core/kv_event_subscriber.h"
 #include "kvtier/core/log.h"
+#include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/wire.h"
 
 namespace kvtier {
@@ -33,6 +35,19 @@ CoreManagerOptions CoreManagerOptions::from_config(const Config& config,
                                     "--config",
                                     (run_dir / "config.yaml").string()};
   };
+  if (routes_by_cache(config)) {
+    const EngineShape shape = engine_shape(config);
+    Routing routing{
+        .device_namespace = device_key_namespace(shape),
+        .block_size = config.layout.block_size,
+        .host_namespace = host_key_namespace(shape),
+        .chunk_tokens = static_cast<uint32_t>(shape.layout.groups.front().chunk_tokens())};
+    for (uint32_t n = 0; n < options.engine_cores; ++n) {
+      routing.events.push_back(events_endpoint(run_dir.string(), n));
+      routing.replay.push_back(events_replay_endpoint(run_dir.string(), n));
+    }
+    options.routing = std::move(routing);
+  }
   return options;
 }
 
@@ -55,6 +70,7 @@ struct InFlight {
   uint32_t core = 0;
   std::shared_ptr<RequestStream> stream;
   bool prompt_counted = false;
+  uint64_t work = 0;  // what it adds to its core's work in flight (routing by cache)
 };
 
 }  // namespace
@@ -77,7 +93,11 @@ struct CoreManager::Impl {
   std::vector<bool> exited;
   bool closing = false;
   std::map<std::string, InFlight> requests;
-  std::vector<uint32_t> load;                                  // requests in flight per core
+  std::vector<uint32_t> load;  // requests in flight per core
+  std::vector<uint64_t> work;  // per core: uncached prompt + max_tokens of its requests
+  PrefixIndex index;           // routing by cache: the cores' KV events
+  // Routing by cache: core n's events (the I/O thread's; null where it could not connect).
+  std::vector<std::unique_ptr<KvEventSubscriber>> subscribers;
   std::vector<std::pair<std::string, nlohmann::json>> outbox;  // (peer, message)
   EngineMetrics counters;
   uint64_t next_id = 0;
@@ -89,7 +109,9 @@ struct CoreManager::Impl {
       : options(std::move(o)),
         health(options.engine_cores, options.stall_timeout),
         exited(options.engine_cores, false),
-        load(options.engine_cores, 0) {
+        load(options.engine_cores, 0),
+        work(options.engine_cores, 0),
+        index(options.engine_cores) {
     counters.core_counters.resize(options.engine_cores);
   }
 
@@ -107,6 +129,7 @@ struct CoreManager::Impl {
     if (event.kind == StreamEvent::Kind::kError) ++counters.request_errors_total;
     it->second.stream->push(std::move(event));
     --load[it->second.core];
+    work[it->second.core] -= it->second.work;
     requests.erase(it);
   }
 
@@ -284,7 +307,19 @@ struct CoreManager::Impl {
       }
       send_outbox();
       receive_all();
+      receive_events();
       watch_processes();
+    }
+  }
+
+  // Routing by cache: what the cores' KV events say, into the index. Never blocks.
+  void receive_events() {
+    for (uint32_t n = 0; n < subscribers.size(); ++n) {
+      if (!subscribers[n]) continue;
+      std::vector<KvEventBatch> batches = subscribers[n]->poll(Duration::zero());
+      if (batches.empty()) continue;
+      std::lock_guard lock(mutex);
+      for (const KvEventBatch& b : batches) index.apply(n, b);
     }
   }
 };
@@ -309,6 +344,19 @@ Result<std::unique_ptr<CoreManager>> CoreManager::start(CoreManagerOptions optio
   } catch (const zmq::error_t& e) {
     return make_error(ErrorCode::kUnavailable, "cannot bind " + endpoint + ": " + e.what());
   }
+  if (const auto& routing = impl->options.routing) {
+    for (uint32_t n = 0; n < impl->options.engine_cores; ++n) {
+      try {
+        impl->subscribers.push_back(std::make_unique<KvEventSubscriber>(KvEventSubscriberOptions{
+            .endpoint = routing->events.at(n), .replay_endpoint = routing->replay.at(n)}));
+      } catch (const std::runtime_error& e) {
+        // A hint only: this core is routed to by load.
+        log_warning("routing without engine core " + std::to_string(n) + "'s KV events",
+                    {{"error", e.what()}});
+        impl->subscribers.push_back(nullptr);
+      }
+    }
+  }
   // Bound before spawning: a core's first message cannot miss the socket.
   for (uint32_t n = 0; n < impl->options.engine_cores; ++n) {
     try {
@@ -328,6 +376,14 @@ Result<std::shared_ptr<RequestStream>> CoreManager::submit(std::vector<TokenId> 
                                                            uint32_t max_tokens) {
   Impl& m = *impl_;
   std::shared_ptr<RequestStream> stream;
+  // Keyed outside the lock: hashing a long prompt is the costly part of routing.
+  std::optional<PromptKeys> keys;
+  if (const auto& routing = m.options.routing) {
+    keys = PromptKeys{.device = chunk_keys(routing->device_namespace, prompt, routing->block_size),
+                      .block_size = routing->block_size,
+                      .chunks = chunk_keys(routing->host_namespace, prompt, routing->chunk_tokens),
+                      .chunk_tokens = routing->chunk_tokens};
+  }
   {
     std::lock_guard lock(m.mutex);
     const HealthReport report = m.health.report();
@@ -337,8 +393,24 @@ Result<std::shared_ptr<RequestStream>> CoreManager::submit(std::vector<TokenId> 
                             report.body.value("reason", std::string()));
     }
     std::optional<uint32_t> core;
-    for (uint32_t n = 0; n < m.load.size(); ++n) {
-      if (m.health.serving(n) && (!core || m.load[n] < m.load[*core])) core = n;
+    uint64_t work = 0;
+    if (keys) {
+      std::vector<CoreLoad> cores;
+      for (uint32_t n = 0; n < m.load.size(); ++n) {
+        cores.push_back({.serving = m.health.serving(n),
+                         .cached = m.index.cached_tokens(n, *keys),
+                         .work = m.work[n],
+                         .requests = m.load[n]});
+      }
+      core = choose_core(cores, prompt.size());
+      if (core) {
+        work = static_cast<uint64_t>(std::max(0.0, double(prompt.size()) - cores[*core].cached)) +
+               max_tokens;
+      }
+    } else {
+      for (uint32_t n = 0; n < m.load.size(); ++n) {
+        if (m.health.serving(n) && (!core || m.load[n] < m.load[*core])) core = n;
+      }
     }
     if (!core) return make_error(ErrorCode::kUnavailable, "engine: no engine core is serving");
     const std::string id = "r" + std::to_string(m.next_id++);
@@ -346,7 +418,8 @@ Result<std::shared_ptr<RequestStream>> CoreManager::submit(std::vector<TokenId> 
     m.counters.prompt_tokens_total += prompt.size();
     ++m.counters.requests_total;
     ++m.load[*core];
-    m.requests[id] = InFlight{*core, stream, false};
+    m.work[*core] += work;
+    m.requests[id] = InFlight{*core, stream, false, work};
     m.outbox.emplace_back(
         "core-" + std::to_string(*core),
         nlohmann::json{
@@ -369,6 +442,7 @@ void CoreManager::abort(const std::string& id) {
     event.error = "aborted";
     it->second.stream->push(std::move(event));
     --m.load[it->second.core];
+    m.work[it->second.core] -= it->second.work;
     m.requests.erase(it);
   }
   m.wake();
@@ -385,6 +459,18 @@ EngineMetrics CoreManager::metrics() const {
   metrics.healthy = impl_->health.report().healthy();
   metrics.requests_in_flight = impl_->requests.size();
   return metrics;
+}
+
+size_t CoreManager::indexed_blocks(uint32_t core, std::string_view medium) const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->index.blocks(core, medium);
+}
+
+std::optional<uint32_t> CoreManager::core_of(const std::string& id) const {
+  std::lock_guard lock(impl_->mutex);
+  auto it = impl_->requests.find(id);
+  if (it == impl_->requests.end()) return std::nullopt;
+  return it->second.core;
 }
 
 pid_t CoreManager::core_pid(uint32_t core) const {

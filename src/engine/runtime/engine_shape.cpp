@@ -73,6 +73,44 @@ std::string host_pool_name(const Config& config, pid_t core_pid) {
   return tiers_enabled(config) ? "/kvtier-" + std::to_string(core_pid) + "-host" : "";
 }
 
+KeyNamespace device_key_namespace(const EngineShape& shape) {
+  return {.model = shape.model_id,
+          .layout_fingerprint = shape.layout.fingerprint(),
+          .cache_salt = "device"};
+}
+
+KeyNamespace host_key_namespace(const EngineShape& shape, uint32_t group) {
+  return {
+      .model = shape.model_id, .layout_fingerprint = shape.layout.fingerprint(), .group = group};
+}
+
+bool routes_by_cache(const Config& config) {
+  return config.routing.policy == "cache" && config.engine.engine_cores > 1;
+}
+
+std::string core_events_endpoint(const std::string& endpoint, uint32_t core) {
+  if (endpoint.empty() || core == 0) return endpoint;
+  if (endpoint.starts_with("tcp://")) {
+    const size_t colon = endpoint.rfind(':');
+    const std::string port = endpoint.substr(colon + 1);
+    if (colon < 6 || port.empty() || port.find_first_not_of("0123456789") != std::string::npos ||
+        port.size() > 5) {
+      throw std::invalid_argument("events endpoint " + endpoint +
+                                  ": no port to number engine "
+                                  "cores by (tcp://host:port)");
+    }
+    return endpoint.substr(0, colon + 1) + std::to_string(std::stoul(port) + core);
+  }
+  return endpoint + "-" + std::to_string(core);
+}
+
+std::string events_endpoint(const std::string& run_dir, uint32_t core) {
+  return "ipc://" + run_dir + "/events-" + std::to_string(core) + ".ipc";
+}
+std::string events_replay_endpoint(const std::string& run_dir, uint32_t core) {
+  return "ipc://" + run_dir + "/events-replay-" + std::to_string(core) + ".ipc";
+}
+
 std::string frontend_endpoint(const std::string& run_dir) {
   return "ipc://" + run_dir + "/frontend.ipc";
 }

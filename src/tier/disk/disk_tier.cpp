@@ -334,13 +334,24 @@ void DiskTier::insert_locked(const ChunkKey& key, const SegmentPtr& segment, uin
   }
   lru_.push_front(key);
   index_.emplace(key, Entry{segment, offset, payload_bytes, lru_.begin()});
+  if (KvEventPublisher* p = events()) p->stored(name(), std::span(&key, 1), event_block_size());
   segment->live_bytes += record_bytes;
   bytes_used_ += record_bytes;
+}
+
+void DiskTier::publish_events(KvEventPublisher* publisher, uint32_t block_size) {
+  std::lock_guard lock(mutex_);
+  Tier::publish_events(publisher, block_size);
+  if (!publisher) return;
+  std::vector<ChunkKey> held;
+  for (const auto& [key, entry] : index_) held.push_back(key);
+  publisher->stored(name(), held, block_size);
 }
 
 void DiskTier::erase_locked(const ChunkKey& key) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
+  if (KvEventPublisher* p = events()) p->removed(name(), std::span(&key, 1));
   const SegmentPtr segment = it->second.segment;
   const uint64_t record_bytes = segment_record_bytes(it->second.payload_bytes);
   segment->live_bytes -= record_bytes;

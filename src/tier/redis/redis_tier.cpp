@@ -104,6 +104,14 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
                                                            : ChunkStatus::kError);
     }
   }
+  // Redis drops keys itself (maxmemory, a flush) without telling: only stores are published.
+  if (KvEventPublisher* p = events()) {
+    std::vector<ChunkKey> stored;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (statuses[i] == ChunkStatus::kOk) stored.push_back(keys[i]);
+    }
+    p->stored(name(), stored, event_block_size());
+  }
   return statuses;
 }
 

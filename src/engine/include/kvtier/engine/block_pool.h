@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kvtier/core/chunk_key.h"
+#include "kvtier/core/kv_event_publisher.h"
 
 namespace kvtier {
 
@@ -33,8 +34,18 @@ class BlockPool {
   // Drops one hold; a cached block stays findable until evicted, an uncached one is free.
   void release(uint32_t block);
   // The block's KV is complete for `key`'s prefix: later requests may share it. A key already
-  // cached in another block keeps that block.
-  void cache(uint32_t block, const ChunkKey& key);
+  // cached in another block keeps that block. `parent` (the key of the block before, none for
+  // the first) and `tokens` (the block's) go into its KV event.
+  void cache(uint32_t block, const ChunkKey& key, std::optional<ChunkKey> parent = std::nullopt,
+             std::span<const TokenId> tokens = {});
+
+  // From now on a key that becomes findable, or stops being findable (its block evicted), is
+  // published as a KV event on medium "device", each block `block_size` tokens; null stops it.
+  // The publisher must outlive the pool.
+  void publish_events(KvEventPublisher* publisher, uint32_t block_size) {
+    publisher_ = publisher;
+    block_size_ = block_size;
+  }
 
  private:
   std::vector<uint32_t> refs_;
@@ -43,6 +54,8 @@ class BlockPool {
   std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> by_key_;
   std::vector<uint32_t> free_;
   std::list<uint32_t> evictable_;  // cached, unheld; front = least recently released
+  KvEventPublisher* publisher_ = nullptr;
+  uint32_t block_size_ = 0;
 };
 
 }  // namespace kvtier

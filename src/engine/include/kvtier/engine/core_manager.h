@@ -10,6 +10,13 @@
 // error (H5). While any core is failed, stalled or starting, or the engine is closed, new
 // requests are refused with the /health reason.
 //
+// Routing (docs/engine.md "Routing"): by default a request goes to the serving core with the
+// fewest requests in flight. With `routing` set (routing.policy cache, several cores), the I/O
+// thread also subscribes to every core's KV events and keeps a PrefixIndex, and a request goes
+// to the core choose_core() picks: the longest cached prefix against the work in flight. The
+// index is a hint: with no events (a core that publishes none, a stream that is down) the
+// choice falls back to the load alone, and a request is served the same.
+//
 // Thread-safety: submit(), abort(), health(), metrics() and shutdown() may be called from any
 // thread (HTTP handler threads). A malformed message from a core is logged and ignored.
 #pragma once
@@ -27,6 +34,7 @@
 #include "kvtier/core/status.h"
 #include "kvtier/engine/engine_health.h"
 #include "kvtier/engine/metrics_text.h"
+#include "kvtier/engine/prefix_index.h"
 #include "kvtier/engine/request_stream.h"
 
 namespace kvtier {
@@ -40,6 +48,18 @@ struct CoreManagerOptions {
   bool remove_run_dir = true;     // shutdown() removes it
   // The command line of engine core n (tests substitute a scripted fake core).
   std::function<std::vector<std::string>(uint32_t core)> core_argv;
+
+  // Routing by cache: where core n publishes its KV events and answers replays, and how a
+  // prompt is keyed (as the cores key their caches). Unset: routing by load.
+  struct Routing {
+    std::vector<std::string> events;  // core n's PUB endpoint
+    std::vector<std::string> replay;  // core n's replay endpoint
+    KeyNamespace device_namespace;
+    uint32_t block_size = 0;
+    KeyNamespace host_namespace;
+    uint32_t chunk_tokens = 0;
+  };
+  std::optional<Routing> routing;
 
   // `engine_cores`, `stall_timeout` from `config.engine`, and the real command line
   // [exe, "engine-core", "<n>", "--run-dir", run_dir, "--config", run_dir/config.yaml].
@@ -57,7 +77,7 @@ class CoreManager {
   CoreManager(const CoreManager&) = delete;
   CoreManager& operator=(const CoreManager&) = delete;
 
-  // Dispatches a request to the least-loaded serving core. kUnavailable (with the /health
+  // Dispatches a request to a serving core (see Routing above). kUnavailable (with the /health
   // reason) while the engine is not healthy or is closed.
   Result<std::shared_ptr<RequestStream>> submit(std::vector<TokenId> prompt, uint32_t max_tokens);
   // The client went away: tells the core, forgets the request. Unknown ids are ignored.
@@ -65,6 +85,10 @@ class CoreManager {
 
   HealthReport health() const;
   EngineMetrics metrics() const;
+  // The routing index's view of core n: blocks it holds on `medium` (0 without routing).
+  size_t indexed_blocks(uint32_t core, std::string_view medium) const;
+  // The core each request went to, by id (tests).
+  std::optional<uint32_t> core_of(const std::string& id) const;
   // pid of engine core n (tests signal it).
   pid_t core_pid(uint32_t core) const;
 

@@ -103,6 +103,10 @@ class EngineScheduler {
   EngineScheduler(const Config& config, const EngineShape& shape, std::string host_pool_name = "");
   ~EngineScheduler();
 
+  // From now on the device prefix cache and the in-process host cache publish their changes on
+  // `publisher` (docs/events.md); null stops it. The publisher must outlive the scheduler.
+  void publish_events(KvEventPublisher* publisher);
+
   // Queues a request. One that can never run is rejected at once (an update with `rejected`):
   // its prompt + max_tokens exceed model.max_context or max_request_tokens(shape) (H8).
   std::optional<RequestUpdate> add(std::string id, std::vector<TokenId> prompt, size_t max_tokens);

@@ -46,9 +46,26 @@ Config engine_core_config(const Config& config, uint32_t core);
 // workers, its children, name it from getppid()); empty otherwise.
 std::string host_pool_name(const Config& config, pid_t core_pid);
 
+// The namespaces of the keys an engine core's KV events name (docs/events.md), so that the
+// frontend computes them from a prompt: the device prefix cache keys every block_size tokens
+// under device_key_namespace; the host cache (and the tiers below it) keys every chunk of
+// group g under host_key_namespace(shape, g), as the connector does.
+KeyNamespace device_key_namespace(const EngineShape& shape);
+KeyNamespace host_key_namespace(const EngineShape& shape, uint32_t group = 0);
+
+// Whether the frontend routes by the cores' KV events: routing.policy cache with several cores.
+bool routes_by_cache(const Config& config);
+
+// events.endpoint / events.replay_endpoint as engine core `core` binds it: core 0 the endpoint
+// itself, core n > 0 a tcp port n higher, an ipc path with "-<n>" appended. Empty stays empty.
+std::string core_events_endpoint(const std::string& endpoint, uint32_t core);
+
 // ZeroMQ endpoints in the run dir (docs/engine.md).
 std::string frontend_endpoint(const std::string& run_dir);
 std::string core_endpoint(const std::string& run_dir, uint32_t core);
 std::string collective_endpoint(const std::string& run_dir, uint32_t core);
+// Engine core `core`'s KV events and their replay, for the frontend's routing.
+std::string events_endpoint(const std::string& run_dir, uint32_t core);
+std::string events_replay_endpoint(const std::string& run_dir, uint32_t core);
 
 }  // namespace kvtier

@@ -1,0 +1,114 @@
+// What `kvtier bench workload` and `kvtier bench routing` share: the servers they start
+// (ServeInstance, kvtierd), the counters a row reads from /metrics, and the driver that sends a
+// Scenario's requests `concurrency` at a time and measures each (run_cell).
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvtierd_instance.h"
+#include "serve_instance.h"
+#include "workload_scenarios.h"
+
+namespace kvtier::bench {
+
+using BenchClock = std::chrono::steady_clock;
+
+double ms_since(BenchClock::time_point t0);
+// The p-quantile (0..1) of `v` (nearest rank); 0 for none.
+double percentile(std::vector<double> v, double p);
+
+// The layout every server of the workload benches uses.
+constexpr size_t kBlock = 16;
+constexpr size_t kBlocksPerChunk = 4;
+
+// The overrides every server of the bench shares.
+std::vector<std::string> base_sets(uint32_t world_size, size_t device_blocks, size_t max_context);
+// The KV bytes of one chunk over all ranks, for a server started with these overrides.
+uint64_t chunk_bytes_of(const std::vector<std::string>& sets);
+
+// The counters of one server that a row reports, read from /metrics (and kvtierd's STATS).
+struct Counters {
+  double prompt_tokens = 0;
+  double cached_tokens = 0;
+  double generated_tokens = 0;
+  double loaded_tokens = 0;
+  double stored_chunks = 0;
+  std::map<std::string, double> mover;  // the tier mover's counters (cache disk)
+
+  Counters operator-(const Counters& o) const {
+    Counters d{prompt_tokens - o.prompt_tokens,       cached_tokens - o.cached_tokens,
+               generated_tokens - o.generated_tokens, loaded_tokens - o.loaded_tokens,
+               stored_chunks - o.stored_chunks,       mover};
+    for (auto& [name, value] : d.mover) {
+      const auto it = o.mover.find(name);
+      if (it != o.mover.end()) value -= it->second;
+    }
+    return d;
+  }
+};
+
+// The tier mover's counters a disk row shows (tier_mover.h): where chunks went on their way
+// down and back.
+inline const char* const kMoverCounters[] = {"chunks_demoted",    "writes_dropped",
+                                             "writes_missed",     "prefetch_keys",
+                                             "prefetch_rejected", "prefetch_succeeded"};
+
+// One cache mode's server (and its kvtierd).
+struct ModeServer {
+  std::string cache;
+  std::unique_ptr<KvtierdInstance> kvtierd;  // cache kvtierd only
+  std::unique_ptr<ServeInstance> serve;
+
+  // Its counters now, from /metrics (and kvtierd's STATS). Throws std::runtime_error.
+  Counters counters() const;
+};
+
+// What one mode did with one cell's requests.
+struct CellRun {
+  std::vector<std::optional<std::string>> outputs;  // nullopt: the request failed
+  std::vector<double> ttft_ms;
+  std::vector<double> itl_ms;  // per request: (last token - first token) / (tokens - 1)
+  double wall_s = 0;
+  Counters counters;                       // the server's counters moved by this run
+  std::map<std::string, size_t> failures;  // how failed requests ended, counted
+};
+
+// Sends the scenario's requests `concurrency` at a time, each after the one it must follow.
+CellRun run_cell(const ModeServer& server, const Scenario& scenario, size_t concurrency);
+
+// A line on stderr naming what runs now: rewritten in place on a terminal, one line each
+// otherwise (a log keeps them all).
+class Progress {
+ public:
+  Progress() : tty_(isatty(STDERR_FILENO) == 1) {}
+  ~Progress() {
+    if (tty_ && shown_) std::cerr << "\n";
+  }
+  void show(const std::string& line) {
+    if (tty_) {
+      std::cerr << "\r" << line << std::string(line.size() < width_ ? width_ - line.size() : 0, ' ')
+                << std::flush;
+      width_ = line.size();
+    } else {
+      std::cerr << line << "\n";
+    }
+    shown_ = true;
+  }
+
+ private:
+  bool tty_;
+  bool shown_ = false;
+  size_t width_ = 0;
+};
+
+}  // namespace kvtier::bench

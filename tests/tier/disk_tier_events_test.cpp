@@ -1,0 +1,76 @@
+// The disk tier's KV events (docs/events.md): every chunk it stores is announced on medium
+// "disk", every chunk it evicts withdrawn, and a tier opened again announces what it found.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "kvtier/tier/disk_tier.h"
+#include "support/kv_event_mirror.h"
+#include "support/temp_dir.h"
+
+namespace kvtier {
+namespace {
+
+using testing::KvEventMirror;
+
+constexpr uint64_t kUniverse = 40;
+
+ChunkKey key(uint64_t i) {
+  return ChunkKey{.lo = i, .hi = 0xd15c};
+}
+
+std::set<ChunkKey> held(DiskTier& tier) {
+  std::vector<ChunkKey> keys;
+  for (uint64_t i = 0; i < kUniverse; ++i) keys.push_back(key(i));
+  Result<std::vector<bool>> found = tier.contains(keys, std::chrono::seconds(5));
+  EXPECT_TRUE(found.has_value());
+  std::set<ChunkKey> out;
+  for (uint64_t i = 0; found && i < kUniverse; ++i) {
+    if ((*found)[i]) out.insert(key(i));
+  }
+  return out;
+}
+
+struct Stream {
+  testing::TempDir dir;
+  std::string endpoint = "ipc://" + (dir.path() / "events").string();
+  std::string replay = "ipc://" + (dir.path() / "replay").string();
+  KvEventPublisher pub{{.endpoints = {endpoint}, .replay_endpoints = {replay}}};
+  KvEventSubscriber sub{{.endpoint = endpoint, .replay_endpoint = replay}};
+  KvEventMirror mirror;
+};
+
+TEST(DiskTierEvents, StoresAndEvictionsAreMirroredAndAReopenedTierAnnouncesItsChunks) {
+  testing::TempDir dir;
+  Stream s;
+  ASSERT_TRUE(testing::connected(s.pub, s.sub, s.mirror));
+  {
+    // 64 KiB: four segments of 16 KiB, two chunk records each: evictions from the 9th chunk on.
+    auto tier = DiskTier::open({.directory = dir.path(), .capacity_bytes = 64 << 10});
+    ASSERT_TRUE(tier) << tier.error().message;
+    (*tier)->publish_events(&s.pub, 16);
+    std::mt19937 rng(5);
+    std::vector<std::byte> chunk(4096, std::byte{7});
+    for (int step = 0; step < 120; ++step) {
+      const ChunkKey k = key(rng() % kUniverse);
+      const std::span<const std::byte> bytes(chunk);
+      ASSERT_TRUE((*tier)->put(std::span(&k, 1), std::span(&bytes, 1), std::chrono::seconds(5)));
+      if (step % 20 != 19) continue;
+      ASSERT_TRUE(s.mirror.caught_up(s.pub, s.sub));
+      ASSERT_EQ(s.mirror.on("disk"), held(**tier)) << "step " << step;
+    }
+    EXPECT_GT((*tier)->evictions(), 20u);
+  }
+  // A new publisher and subscriber: what the reopened tier announces is what it holds.
+  Stream again;
+  ASSERT_TRUE(testing::connected(again.pub, again.sub, again.mirror));
+  auto reopened = DiskTier::open({.directory = dir.path(), .capacity_bytes = 64 << 10});
+  ASSERT_TRUE(reopened);
+  (*reopened)->publish_events(&again.pub, 16);
+  ASSERT_TRUE(again.mirror.caught_up(again.pub, again.sub));
+  EXPECT_FALSE(again.mirror.on("disk").empty());
+  EXPECT_EQ(again.mirror.on("disk"), held(**reopened));
+}
+
+}  // namespace
+}  // namespace kvtier
