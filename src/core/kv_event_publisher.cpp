@@ -56,10 +56,10 @@ KvEventPublisher::KvEventPublisher(KvEventPublisherOptions options)
   sockets_->pub.set(zmq::sockopt::sndhwm, 100000);
   for (const std::string& e : options_.endpoints) bound_.push_back(bind(sockets_->pub, e));
   if (!options_.replay_endpoints.empty()) {
-    sockets_->replay.emplace(sockets_->context, zmq::socket_type::router);
-    sockets_->replay->set(zmq::sockopt::linger, 0);
+    zmq::socket_t& replay = sockets_->replay.emplace(sockets_->context, zmq::socket_type::router);
+    replay.set(zmq::sockopt::linger, 0);
     for (const std::string& e : options_.replay_endpoints) {
-      replay_bound_.push_back(bind(*sockets_->replay, e));
+      replay_bound_.push_back(bind(replay, e));
     }
   }
   thread_ = std::thread([this] { run(); });
@@ -229,8 +229,8 @@ std::string KvEventPublisher::snapshot() const {
 }
 
 void KvEventPublisher::serve_replay() {
-  if (!sockets_->replay) return;
-  zmq::socket_t& router = *sockets_->replay;
+  if (!sockets_->replay.has_value()) return;
+  zmq::socket_t& router = sockets_->replay.value();
   for (;;) {
     std::vector<zmq::message_t> frames;
     for (;;) {
@@ -248,7 +248,7 @@ void KvEventPublisher::serve_replay() {
       router.send(zmq::buffer(payload), zmq::send_flags::none);
     };
     std::optional<uint64_t> start;
-    if (frames.size() == 3 && frames[1].size() == 0) {
+    if (frames.size() == 3 && frames[1].empty()) {
       start = decode_sequence(frames[2].to_string_view());
     }
     if (!start) {

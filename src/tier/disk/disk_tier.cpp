@@ -344,6 +344,7 @@ void DiskTier::publish_events(KvEventPublisher* publisher, uint32_t block_size) 
   Tier::publish_events(publisher, block_size);
   if (!publisher) return;
   std::vector<ChunkKey> held;
+  held.reserve(index_.size());
   for (const auto& [key, entry] : index_) held.push_back(key);
   publisher->stored(name(), held, block_size);
 }
