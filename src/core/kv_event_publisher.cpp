@@ -25,7 +25,7 @@ double now_seconds() {
 struct KvEventPublisher::Sockets {
   zmq::context_t context{1};
   zmq::socket_t pub{context, zmq::socket_type::pub};
-  std::optional<zmq::socket_t> replay;
+  zmq::socket_t replay;  // a null socket (false) without a replay endpoint
   std::deque<std::pair<uint64_t, std::string>> kept;  // oldest first
   struct Block {
     std::optional<ChunkKey> parent;
@@ -56,10 +56,10 @@ KvEventPublisher::KvEventPublisher(KvEventPublisherOptions options)
   sockets_->pub.set(zmq::sockopt::sndhwm, 100000);
   for (const std::string& e : options_.endpoints) bound_.push_back(bind(sockets_->pub, e));
   if (!options_.replay_endpoints.empty()) {
-    zmq::socket_t& replay = sockets_->replay.emplace(sockets_->context, zmq::socket_type::router);
-    replay.set(zmq::sockopt::linger, 0);
+    sockets_->replay = zmq::socket_t(sockets_->context, zmq::socket_type::router);
+    sockets_->replay.set(zmq::sockopt::linger, 0);
     for (const std::string& e : options_.replay_endpoints) {
-      replay_bound_.push_back(bind(replay, e));
+      replay_bound_.push_back(bind(sockets_->replay, e));
     }
   }
   thread_ = std::thread([this] { run(); });
@@ -229,8 +229,8 @@ std::string KvEventPublisher::snapshot() const {
 }
 
 void KvEventPublisher::serve_replay() {
-  if (!sockets_->replay.has_value()) return;
-  zmq::socket_t& router = sockets_->replay.value();
+  if (!sockets_->replay) return;
+  zmq::socket_t& router = sockets_->replay;
   for (;;) {
     std::vector<zmq::message_t> frames;
     for (;;) {

@@ -31,7 +31,7 @@ std::vector<std::string> receive_frames(zmq::socket_t& socket) {
 struct KvEventSubscriber::Sockets {
   zmq::context_t context{1};
   zmq::socket_t sub{context, zmq::socket_type::sub};
-  std::optional<zmq::socket_t> replay;
+  zmq::socket_t replay;  // a null socket (false) without a replay endpoint
 };
 
 KvEventSubscriber::KvEventSubscriber(KvEventSubscriberOptions options)
@@ -48,9 +48,9 @@ KvEventSubscriber::KvEventSubscriber(KvEventSubscriberOptions options)
   sockets_->sub.set(zmq::sockopt::subscribe, options_.topic);
   connect(sockets_->sub, options_.endpoint);
   if (!options_.replay_endpoint.empty()) {
-    zmq::socket_t& replay = sockets_->replay.emplace(sockets_->context, zmq::socket_type::dealer);
-    replay.set(zmq::sockopt::linger, 0);
-    connect(replay, options_.replay_endpoint);
+    sockets_->replay = zmq::socket_t(sockets_->context, zmq::socket_type::dealer);
+    sockets_->replay.set(zmq::sockopt::linger, 0);
+    connect(sockets_->replay, options_.replay_endpoint);
   }
 }
 
@@ -59,13 +59,13 @@ KvEventSubscriber::~KvEventSubscriber() = default;
 std::vector<KvEventBatch> KvEventSubscriber::poll(Duration timeout) {
   std::vector<KvEventBatch> out;
   std::vector<zmq::pollitem_t> items{{sockets_->sub.handle(), 0, ZMQ_POLLIN, 0}};
-  if (sockets_->replay) items.push_back({sockets_->replay.value().handle(), 0, ZMQ_POLLIN, 0});
+  if (sockets_->replay) items.push_back({sockets_->replay.handle(), 0, ZMQ_POLLIN, 0});
   zmq::poll(items, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
   for (;;) {
     bool any = false;
     if (sockets_->replay) {
       while (true) {
-        std::vector<std::string> f = receive_frames(sockets_->replay.value());
+        std::vector<std::string> f = receive_frames(sockets_->replay);
         if (f.empty()) break;
         any = true;
         const std::optional<uint64_t> seq = f.size() == 3 ? decode_sequence(f[1]) : std::nullopt;
@@ -127,9 +127,8 @@ void KvEventSubscriber::start_replay(uint64_t from) {
   replaying_ = true;
   replay_deadline_ = steady_now() + options_.replay_timeout;
   ++counters_.replays;
-  zmq::socket_t& replay = sockets_->replay.value();  // start_replay needs a replay endpoint
-  replay.send(zmq::message_t(), zmq::send_flags::sndmore);
-  replay.send(zmq::buffer(encode_sequence(from)), zmq::send_flags::none);
+  sockets_->replay.send(zmq::message_t(), zmq::send_flags::sndmore);
+  sockets_->replay.send(zmq::buffer(encode_sequence(from)), zmq::send_flags::none);
 }
 
 void KvEventSubscriber::on_replay(uint64_t seq, std::string payload,
