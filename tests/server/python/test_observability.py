@@ -18,7 +18,8 @@ import uuid
 import msgpack
 import pytest
 
-from test_protocol import SETTINGS, Client, Memory, binary, blocks, expect_error, key
+from test_protocol import (SETTINGS, Client, Memory, binary, blocks, expect_error, key,
+                           wait_until_answering)
 
 CHUNK_BYTES = 3072  # one chunk of the suite's layout (test_protocol.LAYOUT)
 
@@ -42,17 +43,9 @@ class Kvtierd:
             command += ["--set", s]
         self.process = subprocess.Popen(command + list(args) + ["server", "--test-hooks"],
                                         stderr=self.log)
-        deadline = time.monotonic() + 15
         probe = Client(self)
         try:
-            while True:
-                try:
-                    if probe.call({"op": "PING"}, timeout_ms=200)["ok"]:
-                        break
-                except TimeoutError:
-                    pass
-                assert self.process.poll() is None, "kvtierd exited at startup:\n" + self.lines()
-                assert time.monotonic() < deadline, "kvtierd never answered PING"
+            wait_until_answering(self.process, probe, lambda: ":\n" + self.lines())
         finally:
             probe.close()
 

@@ -47,6 +47,20 @@ def binary():
     return path
 
 
+def wait_until_answering(process, probe, why=lambda: ""):
+    """Waits until kvtierd (`process`) answers `probe`'s PING, for up to 15 s; `why` adds to the
+    message when it exits first."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            if probe.call({"op": "PING"}, timeout_ms=200)["ok"]:
+                return
+        except TimeoutError:
+            pass
+        assert process.poll() is None, "kvtierd exited at startup" + why()
+        assert time.monotonic() < deadline, "kvtierd never answered PING"
+
+
 class Server:
     def __init__(self, extra=()):
         self.endpoint = f"ipc:///tmp/kvtier-pytest-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock"
@@ -56,15 +70,7 @@ class Server:
         # stderr is inherited: pytest shows it with a failure (a sanitizer's report included).
         self.process = subprocess.Popen(args + ["server", "--test-hooks"])
         probe = Client(self)
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if probe.call({"op": "PING"}, timeout_ms=200)["ok"]:
-                    break
-            except TimeoutError:
-                pass
-            assert self.process.poll() is None, "kvtierd exited at startup"
-            assert time.monotonic() < deadline, "kvtierd never answered PING"
+        wait_until_answering(self.process, probe)
         probe.close()
 
     def alive(self):

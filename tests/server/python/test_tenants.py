@@ -15,8 +15,8 @@ import uuid
 import pytest
 import zmq
 
-from test_protocol import (SETTINGS, TIMEOUT_MS, Client, Memory, binary, blocks, expect_error,
-                           key)
+from test_protocol import (SETTINGS, Client, Memory, binary, blocks, expect_error,
+                           key, wait_until_answering)
 
 
 class CurveClient(Client):
@@ -61,15 +61,7 @@ class CurveServer:
             args += ["--set", s]
         self.process = subprocess.Popen(args + ["server"])
         probe = self.client("alice")
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if probe.call({"op": "PING"}, timeout_ms=200)["ok"]:
-                    break
-            except TimeoutError:
-                pass
-            assert self.process.poll() is None, "kvtierd exited at startup"
-            assert time.monotonic() < deadline, "kvtierd never answered PING"
+        wait_until_answering(self.process, probe)
         probe.close()
 
     def client(self, name):
