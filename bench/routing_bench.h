@@ -6,7 +6,9 @@
 // quarter of the conversations (the kvtier host cache is off, so a prefix is reused only where
 // it was computed). One row per target: the hit rates and TTFT p50/p99 of both policies,
 // hit_rate_ratio (cache routing ÷ one core with all the memory), ttft_p50_speedup (load ÷
-// cache) and outputs_identical (every output equal on all three servers).
+// cache) and outputs_identical (every output equal on all three servers). Target `router`: the
+// same over two `kvtier serve` instances of one engine core each behind `kvtier router --policy
+// cache`, two more behind `--policy load`, and one instance with the memory of both.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +23,7 @@ namespace kvtier::bench {
 
 struct RoutingBenchOptions {
   bool json = false;
-  std::vector<std::string> targets = {"cores"};
+  std::vector<std::string> targets = {"cores", "router"};
   uint32_t cores = 4;
   size_t users = 16;  // conversations
   size_t concurrency = 8;

@@ -38,13 +38,25 @@ std::string read_file(const std::filesystem::path& path) {
 
 }  // namespace
 
+namespace {
+
+std::vector<std::string> serve_argv(const std::string& exe, const std::vector<std::string>& sets) {
+  std::vector<std::string> argv = {exe, "serve"};
+  for (const std::string& s : sets) argv.insert(argv.end(), {"--set", s});
+  return argv;
+}
+
+}  // namespace
+
 ServeInstance::ServeInstance(const std::string& exe, const std::vector<std::string>& sets,
+                             std::chrono::milliseconds ready_timeout)
+    : ServeInstance(serve_argv(exe, sets), ready_timeout) {}
+
+ServeInstance::ServeInstance(const std::vector<std::string>& argv,
                              std::chrono::milliseconds ready_timeout) {
   dir_ = std::filesystem::temp_directory_path() /
          ("kvtier-bench-serve-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
   std::filesystem::create_directories(dir_);
-  std::vector<std::string> argv = {exe, "serve"};
-  for (const std::string& s : sets) argv.insert(argv.end(), {"--set", s});
   process_ = ChildProcess::spawn(argv, {.output_file = dir_ / "out.log"});
   try {
     wait_ready(ready_timeout);

@@ -46,6 +46,9 @@ class ServeInstance {
   // /health to answer 200. Throws std::runtime_error naming the log when it does not.
   ServeInstance(const std::string& exe, const std::vector<std::string>& sets,
                 std::chrono::milliseconds ready_timeout = std::chrono::seconds(120));
+  // Any command that prints "serving … on http://host:port" and answers /health (e.g.
+  // `kvtier router`): `argv` as given, the same wait.
+  ServeInstance(const std::vector<std::string>& argv, std::chrono::milliseconds ready_timeout);
   // SIGTERM with a grace period (its run dir is removed), then SIGKILL; removes the folder.
   ~ServeInstance();
   ServeInstance(const ServeInstance&) = delete;
@@ -54,6 +57,8 @@ class ServeInstance {
   HttpAnswer get(const std::string& path,
                  std::chrono::milliseconds timeout = std::chrono::seconds(1)) const;
   int health() const { return get("/health").status; }
+  // http://host:port
+  std::string url() const { return "http://" + host_ + ":" + std::to_string(port_); }
 
   // A streamed /v1/completions request (greedy). With `hang_up_after` = n, the client closes
   // the connection after its n-th data event. `timeout`: the client's read timeout, and the

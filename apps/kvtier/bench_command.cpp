@@ -109,7 +109,7 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 256));
   workload
       ->add_option("--cache", work->caches,
-                   "Cache modes, repeatable (default: off host disk kvtierd)")
+                   "Cache modes, repeatable (default: off host host-request disk kvtierd)")
       ->check(CLI::IsMember(bench::workload_cache_modes()));
   workload
       ->add_option("--document-tokens", work->sizes.document_tokens,
@@ -142,13 +142,14 @@ Action add_bench_command(CLI::App& app) {
                        "bench's own (repeatable; e.g. connector.store_threshold=2)");
   CLI::App* routing = bench->add_subcommand(
       "routing",
-      "Routing by cache against routing by load over 4 engine cores on multi-round "
-      "conversations, side by side: hit rates, TTFT p50/p99, hit_rate_ratio against one core "
-      "with all the memory, ttft_p50_speedup, outputs_identical (docs/benchmarks.md)");
+      "Routing by cache against routing by load on multi-round conversations, side by side: "
+      "over 4 engine cores (target cores) or over 2 `kvtier serve` instances behind `kvtier "
+      "router` (target router); hit rates, TTFT p50/p99, hit_rate_ratio against one core with "
+      "all the memory, ttft_p50_speedup, outputs_identical (docs/benchmarks.md)");
   auto route = std::make_shared<bench::RoutingBenchOptions>();
   routing->add_flag("--json", route->json, "Print JSON Lines instead of key=value rows");
-  routing->add_option("--target", route->targets, "Targets, repeatable (default: cores)")
-      ->check(CLI::IsMember({"cores"}));
+  routing->add_option("--target", route->targets, "cores or router, repeatable (default: both)")
+      ->check(CLI::IsMember({"cores", "router"}));
   routing->add_option("--users", route->users, "Conversations (default 16)")
       ->check(CLI::Range(4, 1024));
   routing->add_option("--concurrency", route->concurrency, "Requests in flight (default 8)")

@@ -20,5 +20,6 @@ Action add_server_command(CLI::App& app);
 Action add_serve_command(CLI::App& app);
 Action add_admin_command(CLI::App& app);
 Action add_keygen_command(CLI::App& app);
+Action add_router_command(CLI::App& app);
 
 }  // namespace kvtier::cli

@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
       kvtier::cli::add_bench_command(app),       kvtier::cli::add_config_command(app),
       kvtier::cli::add_engine_core_command(app), kvtier::cli::add_worker_command(app),
       kvtier::cli::add_server_command(app),      kvtier::cli::add_serve_command(app),
-      kvtier::cli::add_admin_command(app),       kvtier::cli::add_keygen_command(app)};
+      kvtier::cli::add_admin_command(app),       kvtier::cli::add_keygen_command(app),
+      kvtier::cli::add_router_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -18,12 +18,7 @@ std::string hanging_prompt(char fill) {
 
 PromptKeys keys_of(const FrontendRig& rig, const std::string& prompt) {
   const CoreManagerOptions options = CoreManagerOptions::from_config(rig.config, rig.run_dir, "");
-  const auto& r = options.routing.value();
-  const std::vector<TokenId> tokens = tokenize(prompt);
-  return {.device = chunk_keys(r.device_namespace, tokens, r.block_size),
-          .block_size = r.block_size,
-          .chunks = chunk_keys(r.host_namespace, tokens, r.chunk_tokens),
-          .chunk_tokens = r.chunk_tokens};
+  return options.routing.value().keying.keys(tokenize(prompt));
 }
 
 TEST(FrontendRouting, ARequestGoesToTheCoreThatHoldsItsPrefix) {

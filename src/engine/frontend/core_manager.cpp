@@ -36,12 +36,7 @@ CoreManagerOptions CoreManagerOptions::from_config(const Config& config,
                                     (run_dir / "config.yaml").string()};
   };
   if (routes_by_cache(config)) {
-    const EngineShape shape = engine_shape(config);
-    Routing routing{
-        .device_namespace = device_key_namespace(shape),
-        .block_size = config.layout.block_size,
-        .host_namespace = host_key_namespace(shape),
-        .chunk_tokens = static_cast<uint32_t>(shape.layout.groups.front().chunk_tokens())};
+    Routing routing{.keying = prompt_keying(engine_shape(config))};
     for (uint32_t n = 0; n < options.engine_cores; ++n) {
       routing.events.push_back(events_endpoint(run_dir.string(), n));
       routing.replay.push_back(events_replay_endpoint(run_dir.string(), n));
@@ -378,12 +373,7 @@ Result<std::shared_ptr<RequestStream>> CoreManager::submit(std::vector<TokenId> 
   std::shared_ptr<RequestStream> stream;
   // Keyed outside the lock: hashing a long prompt is the costly part of routing.
   std::optional<PromptKeys> keys;
-  if (const auto& routing = m.options.routing) {
-    keys = PromptKeys{.device = chunk_keys(routing->device_namespace, prompt, routing->block_size),
-                      .block_size = routing->block_size,
-                      .chunks = chunk_keys(routing->host_namespace, prompt, routing->chunk_tokens),
-                      .chunk_tokens = routing->chunk_tokens};
-  }
+  if (const auto& routing = m.options.routing) keys = routing->keying.keys(prompt);
   {
     std::lock_guard lock(m.mutex);
     const HealthReport report = m.health.report();
@@ -392,26 +382,18 @@ Result<std::shared_ptr<RequestStream>> CoreManager::submit(std::vector<TokenId> 
                         "engine " + report.body.value("status", std::string()) + ": " +
                             report.body.value("reason", std::string()));
     }
-    std::optional<uint32_t> core;
-    uint64_t work = 0;
-    if (keys) {
-      std::vector<CoreLoad> cores;
-      for (uint32_t n = 0; n < m.load.size(); ++n) {
-        cores.push_back({.serving = m.health.serving(n),
-                         .cached = m.index.cached_tokens(n, *keys),
-                         .work = m.work[n],
-                         .requests = m.load[n]});
-      }
-      core = choose_core(cores, prompt.size());
-      if (core) {
-        work = static_cast<uint64_t>(std::max(0.0, double(prompt.size()) - cores[*core].cached)) +
-               max_tokens;
-      }
-    } else {
-      for (uint32_t n = 0; n < m.load.size(); ++n) {
-        if (m.health.serving(n) && (!core || m.load[n] < m.load[*core])) core = n;
-      }
+    std::vector<CoreLoad> cores;
+    cores.reserve(m.load.size());
+    for (uint32_t n = 0; n < m.load.size(); ++n) {
+      cores.push_back({.serving = m.health.serving(n),
+                       .cached = keys ? m.index.cached_tokens(n, *keys) : 0.0,
+                       .work = m.work[n],
+                       .requests = m.load[n]});
     }
+    const std::optional<uint32_t> core =
+        keys ? choose_core(cores, prompt.size()) : least_loaded(cores);
+    uint64_t work = 0;
+    if (core && keys) work = request_work(prompt.size(), cores[*core].cached, max_tokens);
     if (!core) return make_error(ErrorCode::kUnavailable, "engine: no engine core is serving");
     const std::string id = "r" + std::to_string(m.next_id++);
     stream = std::make_shared<RequestStream>(id);

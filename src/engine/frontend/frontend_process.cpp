@@ -1,9 +1,7 @@
 #include "kvtier/engine/frontend_process.h"
 
-#include <condition_variable>
 #include <csignal>
 #include <iostream>
-#include <mutex>
 #include <thread>
 
 #include "kvtier/core/child_process.h"
@@ -11,30 +9,9 @@
 #include "kvtier/core/stop_signals.h"
 #include "kvtier/engine/core_manager.h"
 #include "kvtier/engine/frontend_server.h"
+#include "kvtier/engine/stop_latch.h"
 
 namespace kvtier {
-namespace {
-
-// Set by a stop signal or by the HTTP server stopping by itself; the main thread waits for it.
-class StopLatch {
- public:
-  void set() {
-    std::lock_guard lock(mutex_);
-    set_ = true;
-    changed_.notify_all();
-  }
-  void wait() {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [this] { return set_; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool set_ = false;
-};
-
-}  // namespace
 
 int run_frontend(const Config& config, const std::filesystem::path& run_dir, std::ostream& out) {
   StopLatch stop;  // outlives the thread that sets it

@@ -10,11 +10,12 @@
 #include <iostream>
 
 #include "client_connection.h"
-#include "kvtier/core/log.h"
 #include "kvtier/engine/byte_vocab.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/http_json.h"
 #include "kvtier/engine/openai_request.h"
 #include "kvtier/engine/openai_response.h"
+#include "kvtier/engine/routing_info.h"
 
 namespace kvtier {
 namespace {
@@ -24,20 +25,8 @@ constexpr auto kWaitSlice = std::chrono::milliseconds(100);
 // Enough threads for many concurrent streams; each streaming request holds one.
 constexpr size_t kHttpThreads = 64;
 
-std::string dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-void reply_json(httplib::Response& res, int status, const nlohmann::json& body) {
-  res.status = status;
-  res.set_content(dump(body), "application/json");
-}
-
 RequestError engine_error(int status, std::string message, std::string code) {
-  RequestError error{status, std::move(message), ""};
-  error.type = "engine_error";
-  error.code = std::move(code);
-  return error;
+  return typed_error("engine_error", status, std::move(message), std::move(code));
 }
 
 // The text of generated tokens; a token the vocabulary cannot print is an engine error.
@@ -129,31 +118,19 @@ struct FrontendServer::Impl {
                                                    {"created", 0},
                                                    {"owned_by", "kvtier"}}})}});
     });
+    // For `kvtier router` (docs/router.md): how this instance keys prompts, where its cores
+    // publish their KV events, and the limits it checks requests against.
+    http.Get("/kvtier/routing", [routing = RoutingInfo::of(config).to_json()](
+                                    const httplib::Request&, httplib::Response& res) {
+      reply_json(res, 200, routing);
+    });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       complete(req, res, false);
     });
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       complete(req, res, true);
     });
-    http.set_exception_handler(
-        [](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
-          std::string what = "internal error";
-          try {
-            std::rethrow_exception(error);
-          } catch (const std::exception& e) {
-            what = e.what();
-          } catch (...) {
-          }
-          log_error("request failed: " + what,
-                    {{"client", req.remote_addr + ":" + std::to_string(req.remote_port)},
-                     {"request", req.method + " " + req.path}});
-          reply_json(res, 500, engine_error(500, what, "internal_error").body());
-        });
-    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      RequestError error{res.status, "no route " + req.method + " " + req.path, ""};
-      reply_json(res, res.status, error.body());
-    });
+    set_json_error_handlers(http, "engine_error");
   }
 
   void complete(const httplib::Request& req, httplib::Response& res, bool chat) {

@@ -4,6 +4,21 @@
 
 namespace kvtier {
 
+PromptKeys PromptKeying::keys(std::span<const TokenId> prompt) const {
+  return {.device = chunk_keys(device_namespace, prompt, block_size),
+          .block_size = block_size,
+          .chunks = chunk_keys(host_namespace, prompt, chunk_tokens),
+          .chunk_tokens = chunk_tokens};
+}
+
+PromptKeying prompt_keying(const EngineShape& shape) {
+  const KvGroup& group = shape.layout.groups.front();
+  return {.device_namespace = device_key_namespace(shape),
+          .block_size = group.block_size,
+          .host_namespace = host_key_namespace(shape),
+          .chunk_tokens = static_cast<uint32_t>(group.chunk_tokens())};
+}
+
 PrefixIndex::PrefixIndex(uint32_t cores) : cores_(cores) {}
 
 std::unordered_set<ChunkKey, ChunkKeyHash>& PrefixIndex::set_of(Core& core,
@@ -92,6 +107,18 @@ std::optional<uint32_t> choose_core(std::span<const CoreLoad> cores, size_t prom
     }
   }
   return best;
+}
+
+std::optional<uint32_t> least_loaded(std::span<const CoreLoad> cores) {
+  std::optional<uint32_t> best;
+  for (uint32_t n = 0; n < cores.size(); ++n) {
+    if (cores[n].serving && (!best || cores[n].requests < cores[*best].requests)) best = n;
+  }
+  return best;
+}
+
+uint64_t request_work(size_t prompt_tokens, double cached, uint32_t max_tokens) {
+  return static_cast<uint64_t>(std::max(0.0, double(prompt_tokens) - cached)) + max_tokens;
 }
 
 }  // namespace kvtier

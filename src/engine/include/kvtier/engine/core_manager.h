@@ -54,10 +54,7 @@ struct CoreManagerOptions {
   struct Routing {
     std::vector<std::string> events;  // core n's PUB endpoint
     std::vector<std::string> replay;  // core n's replay endpoint
-    KeyNamespace device_namespace;
-    uint32_t block_size = 0;
-    KeyNamespace host_namespace;
-    uint32_t chunk_tokens = 0;
+    PromptKeying keying;
   };
   std::optional<Routing> routing;
 

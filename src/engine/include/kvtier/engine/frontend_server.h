@@ -4,6 +4,7 @@
 //   GET  /v1/models                                   the one served model
 //   GET  /health                                      CoreManager::health() (H1-H3, H6, H7)
 //   GET  /metrics                                     Prometheus text (metrics_text.h)
+//   GET  /kvtier/routing                              RoutingInfo, for `kvtier router`
 //
 // Errors: bad input 400 (404 for an unknown model) with an OpenAI error naming the field, also a
 // request that could never fit the device (H8); an engine that is not healthy or is closed 503;

@@ -1,10 +1,11 @@
 // PrefixIndex: which blocks each engine core holds, and where (device, host, lower tiers), as
 // the cores' KV events say (docs/events.md); the frontend asks it how much of a prompt's prefix
 // each core holds, and choose_core() picks the core a request goes to (docs/engine.md,
-// "Routing"). The index is a hint: events it missed only make a choice worse, never a request
-// wrong.
+// "Routing"). `kvtier router` does the same over several `kvtier serve` instances
+// (docs/router.md): one index per instance, one slot per engine core of it. The index is a
+// hint: events it missed only make a choice worse, never a request wrong.
 //
-// Not thread-safe: the core manager guards it with its mutex.
+// Not thread-safe: the core manager (the router's backend pool) guards it with its mutex.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kvtier/core/kv_event_batch.h"
+#include "kvtier/engine/engine_shape.h"
 
 namespace kvtier {
 
@@ -26,6 +28,23 @@ struct PromptKeys {
   std::vector<ChunkKey> chunks;  // each chunk_tokens tokens
   uint32_t chunk_tokens = 0;
 };
+
+// How a server keys a prompt as its caches do: the device prefix cache every block_size tokens
+// under device_namespace, the host cache and the tiers below it every chunk_tokens tokens under
+// host_namespace (engine_shape.h: device_key_namespace, host_key_namespace).
+struct PromptKeying {
+  KeyNamespace device_namespace;
+  uint32_t block_size = 0;
+  KeyNamespace host_namespace;
+  uint32_t chunk_tokens = 0;
+
+  // The prompt's keys (hashing: the costly part of routing; call it outside locks).
+  PromptKeys keys(std::span<const TokenId> prompt) const;
+};
+
+// How the engine cores of a server of this shape key prompts: device_key_namespace and
+// host_key_namespace (engine_shape.h), with the block and chunk sizes of group 0.
+PromptKeying prompt_keying(const EngineShape& shape);
 
 // How much a cached token is worth on each medium, against 1 for a token to compute: a device
 // hit costs nothing, a host hit a copy, a lower tier's a read and a copy.
@@ -80,5 +99,13 @@ inline constexpr double kLoadWeight = 0.25;
 // the prefix saves (by 1 / kLoadWeight). Ties go to fewer requests in flight, then to the lower
 // index. nullopt when no core serves.
 std::optional<uint32_t> choose_core(std::span<const CoreLoad> cores, size_t prompt_tokens);
+
+// Routing by load alone: the serving core with the fewest requests in flight, ties to the lower
+// index. nullopt when no core serves.
+std::optional<uint32_t> least_loaded(std::span<const CoreLoad> cores);
+
+// The work a request adds to the core choose_core() picked for it (CoreLoad::work): the prompt
+// tokens that core computes, and its output.
+uint64_t request_work(size_t prompt_tokens, double cached, uint32_t max_tokens);
 
 }  // namespace kvtier

@@ -1,0 +1,344 @@
+#include "kvtier/engine/router_server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "kvtier/core/log.h"
+#include "kvtier/core/stop_signals.h"
+#include "kvtier/engine/http_json.h"
+#include "kvtier/engine/openai_request.h"
+#include "kvtier/engine/openai_response.h"
+#include "kvtier/engine/stop_latch.h"
+
+namespace kvtier {
+namespace {
+
+// Enough threads for many concurrent streams; each streaming request holds one (and the relay
+// thread that reads its backend).
+constexpr size_t kHttpThreads = 64;
+constexpr auto kConnectTimeout = std::chrono::seconds(2);
+// How long one wait for a stream's next piece lasts before the provider checks its client.
+constexpr auto kWaitSlice = std::chrono::milliseconds(100);
+
+RequestError router_error(int status, std::string message, std::string code) {
+  return typed_error("router_error", status, std::move(message), std::move(code));
+}
+
+// One request to a backend, read by a thread of its own so that the handler can pass its
+// pieces on as they come. The handler and the content provider wait on it.
+struct Relay {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int status = 0;  // 0 until the backend's headers arrived
+  std::string content_type;
+  std::deque<std::string> pieces;
+  bool ended = false;
+  std::string error;  // why the backend request failed, when it did
+  bool connected = true;
+  std::atomic<bool> cancel{false};  // the client went away: end the backend's request
+  std::thread thread;
+
+  void start(const BackendAddress& backend, const httplib::Request& client_request,
+             Duration read_timeout) {
+    thread = std::thread([this, host = backend.host, port = backend.port,
+                          path = client_request.path, body = client_request.body, read_timeout] {
+      httplib::Client client(host, port);
+      client.set_connection_timeout(kConnectTimeout);
+      client.set_read_timeout(read_timeout);
+      client.set_write_timeout(std::chrono::seconds(30));
+      httplib::Request req;
+      req.method = "POST";
+      req.path = path;
+      req.body = body;
+      req.set_header("Content-Type", "application/json");
+      req.response_handler = [this](const httplib::Response& res) {
+        std::lock_guard lock(mutex);
+        status = res.status;
+        content_type = res.get_header_value("Content-Type");
+        changed.notify_all();
+        return !cancel.load();
+      };
+      req.content_receiver = [this](const char* data, size_t size, uint64_t, uint64_t) {
+        std::lock_guard lock(mutex);
+        pieces.emplace_back(data, size);
+        changed.notify_all();
+        return !cancel.load();
+      };
+      const httplib::Result result = client.send(req);
+      std::lock_guard lock(mutex);
+      if (!result && !cancel.load()) {
+        error = httplib::to_string(result.error());
+        connected = result.error() != httplib::Error::Connection;
+      }
+      ended = true;
+      changed.notify_all();
+    });
+  }
+
+  void join() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+}  // namespace
+
+struct RouterServer::Impl {
+  BackendPool& pool;
+  RouterOptions options;
+  httplib::Server http;
+  int listen_fd = -1;
+  std::atomic<uint64_t> refused{0};
+
+  Impl(BackendPool& p, const RouterOptions& o) : pool(p), options(o) {
+    http.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
+    http.set_socket_options([this](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_fd = sock;
+    });
+    http.set_payload_max_length(size_t{64} << 20);
+    http.set_read_timeout(std::chrono::seconds(30));
+    http.set_write_timeout(std::chrono::seconds(30));
+    http.set_keep_alive_timeout(2);
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      const size_t in = pool.in_rotation();
+      const nlohmann::json counts = {{"backends", pool.size()}, {"in_rotation", in}};
+      if (in > 0) {
+        nlohmann::json body = {{"status", "ok"}};
+        body.update(counts);
+        reply_json(res, 200, body);
+      } else {
+        nlohmann::json body = {{"status", "unavailable"},
+                               {"reason", "no backend in rotation (none answers /health 200)"}};
+        body.update(counts);
+        reply_json(res, 503, body);
+      }
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      std::string text = pool.metrics();
+      text +=
+          "# HELP kvtier_router_requests_refused_total Requests answered 503: no backend in "
+          "rotation.\n# TYPE kvtier_router_requests_refused_total counter\n"
+          "kvtier_router_requests_refused_total " +
+          std::to_string(refused.load()) + "\n";
+      res.set_content(text, "text/plain; version=0.0.4");
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      const std::optional<RequestLimits> limits = pool.limits();
+      if (!limits) {
+        no_backend(res);
+        return;
+      }
+      reply_json(res, 200,
+                 {{"object", "list"},
+                  {"data", nlohmann::json::array({{{"id", limits->model_name},
+                                                   {"object", "model"},
+                                                   {"created", 0},
+                                                   {"owned_by", "kvtier"}}})}});
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      complete(req, res, false);
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      complete(req, res, true);
+    });
+    set_json_error_handlers(http, "router_error");
+  }
+
+  void no_backend(httplib::Response& res, const std::string& detail = "") {
+    ++refused;
+    reply_json(res, 503,
+               router_error(503,
+                            "no backend in rotation: none answers /health 200" +
+                                (detail.empty() ? std::string() : " (" + detail + ")"),
+                            "no_backend")
+                   .body());
+  }
+
+  void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+    const std::optional<RequestLimits> limits = pool.limits();
+    if (!limits) {
+      // What needs no backend's limits is checked even so: a body that is no JSON object.
+      const auto body = nlohmann::json::parse(req.body, nullptr, false);
+      if (body.is_discarded() || !body.is_object()) {
+        reply_json(res, 400,
+                   RequestError{400, "the request body must be a JSON object", ""}.body());
+        return;
+      }
+      no_backend(res);
+      return;
+    }
+    auto request = parse_completion_request(req.body, chat, *limits);
+    if (!request) {
+      reply_json(res, request.error().http_status, request.error().body());
+      return;
+    }
+    std::vector<size_t> tried;
+    std::string last_error;
+    for (;;) {
+      const std::optional<BackendPool::Pick> pick =
+          pool.pick(request->prompt, request->max_tokens, tried);
+      if (!pick) {
+        no_backend(res, last_error);
+        return;
+      }
+      const BackendAddress& backend = pool.address(pick->backend);
+      auto relay = std::make_shared<Relay>();
+      relay->start(backend, req, options.request_timeout);
+      std::unique_lock lock(relay->mutex);
+      relay->changed.wait(lock, [&] { return relay->status != 0 || relay->ended; });
+      if (relay->status == 0 && !relay->connected) {
+        // Nothing reached the backend: the next one gets the request.
+        last_error = backend.url + ": " + relay->error;
+        lock.unlock();
+        relay->join();
+        pool.done(*pick, true);
+        pool.unreachable(pick->backend, "cannot connect (" + relay->error + ")");
+        tried.push_back(pick->backend);
+        continue;
+      }
+      res.set_header("X-Kvtier-Backend", backend.url);
+      const bool streams =
+          relay->status == 200 && relay->content_type.starts_with("text/event-stream");
+      if (!streams) {
+        // A whole answer (or a failure): passed on once complete.
+        relay->changed.wait(lock, [&] { return relay->ended; });
+        lock.unlock();
+        relay->join();
+        const bool failed = !relay->error.empty();
+        pool.done(*pick, failed);
+        if (failed) {
+          reply_json(res, 502,
+                     router_error(502, "backend " + backend.url + " failed: " + relay->error,
+                                  "backend_failed")
+                         .body());
+          return;
+        }
+        std::string body;
+        for (const std::string& piece : relay->pieces) body += piece;
+        res.status = relay->status;
+        res.set_content(body, relay->content_type);
+        return;
+      }
+      lock.unlock();
+      stream_response(res, relay, *pick, backend.url);
+      return;
+    }
+  }
+
+  // Passes the backend's SSE stream on piece by piece; a backend that fails mid-stream ends
+  // it with an SSE `error` event (H5's shape).
+  void stream_response(httplib::Response& res, const std::shared_ptr<Relay>& relay,
+                       BackendPool::Pick pick, const std::string& url) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [relay, url](size_t, httplib::DataSink& sink) {
+          std::unique_lock lock(relay->mutex);
+          relay->changed.wait_for(lock, kWaitSlice,
+                                  [&] { return !relay->pieces.empty() || relay->ended; });
+          while (!relay->pieces.empty()) {
+            const std::string piece = std::move(relay->pieces.front());
+            relay->pieces.pop_front();
+            if (!sink.write(piece.data(), piece.size())) {
+              relay->cancel = true;  // the client went away
+              return false;
+            }
+          }
+          if (!relay->ended) {
+            if (sink.is_writable()) return true;  // wait again
+            relay->cancel = true;
+            return false;
+          }
+          if (!relay->error.empty()) {
+            const std::string text = sse_event(
+                router_error(502, "backend " + url + " failed mid-stream: " + relay->error,
+                             "backend_failed")
+                    .body(),
+                "error");
+            (void)sink.write(text.data(), text.size());
+          }
+          sink.done();
+          return true;
+        },
+        [this, relay, pick](bool) {
+          relay->cancel = true;
+          relay->join();
+          pool.done(pick, !relay->error.empty());
+        });
+  }
+};
+
+RouterServer::RouterServer(BackendPool& pool, const RouterOptions& options)
+    : impl_(std::make_unique<Impl>(pool, options)) {}
+
+RouterServer::~RouterServer() {
+  stop();
+}
+
+Result<int> RouterServer::bind() {
+  const std::string& host = impl_->options.host;
+  int port = impl_->options.port;
+  if (port == 0) {
+    port = impl_->http.bind_to_any_port(host);
+    if (port < 0) return make_error(ErrorCode::kUnavailable, "cannot bind " + host);
+  } else if (!impl_->http.bind_to_port(host, port)) {
+    return make_error(ErrorCode::kUnavailable,
+                      "cannot bind " + host + ":" + std::to_string(port) + " (--host / --port)");
+  }
+  // As FrontendServer::bind: a backlog past cpp-httplib's 5, so that bursts are not dropped.
+  if (impl_->listen_fd >= 0 && ::listen(impl_->listen_fd, SOMAXCONN) != 0) {
+    return make_error(ErrorCode::kUnavailable,
+                      std::string("cannot raise the listen backlog: ") + std::strerror(errno));
+  }
+  return port;
+}
+
+void RouterServer::run() {
+  impl_->http.listen_after_bind();
+}
+
+void RouterServer::stop() {
+  impl_->http.stop();
+}
+
+int run_router(const RouterOptions& options, std::ostream& out) {
+  StopLatch stop;  // outlives the thread that sets it
+  // Before any thread starts (the pool's, the HTTP server's).
+  StopSignals stop_signals;
+  stop_signals.deliver_to([&stop] { stop.set(); });
+  // A client that disconnects mid-answer must not kill the router.
+  std::signal(SIGPIPE, SIG_IGN);
+  auto pool = BackendPool::start(options.pool);
+  if (!pool) {
+    log_error(pool.error().message);
+    return 2;
+  }
+  RouterServer server(**pool, options);
+  const Result<int> port = server.bind();
+  if (!port) {
+    log_error(port.error().message);
+    return 1;
+  }
+  std::thread http([&] {
+    server.run();
+    stop.set();  // the server stopped by itself: end as well
+  });
+  out << "kvtier: serving router on http://" << options.host << ":" << *port << '\n'
+      << std::flush;  // the line callers wait for
+  stop.wait();
+  server.stop();
+  http.join();
+  stop_signals.end();
+  return 0;
+}
+
+}  // namespace kvtier
