@@ -73,7 +73,7 @@ class Worker {
          std::optional<uint32_t> num_blocks, std::optional<uint32_t> host_slots)
       : layout_(config.kv_layout()),
         fault_(host_, fault_plan_from_config(config.faults, rank)),
-        connector_(rank) {
+        connector_(rank, config.connector.transfer_granularity) {
     if (!config.connector.enabled) {
       throw KvError(ErrorCode::kFailedPrecondition,
                     "connector.enabled is false: there is no worker side (run the engine "
@@ -174,6 +174,29 @@ class Worker {
       fault_.record(fence_, compute_);
       fault_.synchronize(fence_);
     }
+  }
+
+  // Layer-wise (connector.transfer_granularity: layer; no-ops otherwise and with kvtierd).
+  void wait_for_layer_load(uint32_t layer) {
+    check_usable();
+    check_layer(layer);
+    py::gil_scoped_release release;
+    std::lock_guard lock(mu_);
+    conn().wait_for_layer_load(KvLayer{.group = 0, .layer = layer});
+    if (!remote_ && connector_.granularity() == TransferGranularity::kLayer) {
+      // The forward pass runs on the host: wait here for what the compute stream now waits
+      // for (the layer's loads, F10).
+      fault_.record(fence_, compute_);
+      fault_.synchronize(fence_);
+    }
+  }
+
+  void save_layer(uint32_t layer) {
+    check_usable();
+    check_layer(layer);
+    py::gil_scoped_release release;
+    std::lock_guard lock(mu_);
+    conn().save_layer(KvLayer{.group = 0, .layer = layer});
   }
 
   void queue_stores(const StepMetadata& meta) {
@@ -293,6 +316,13 @@ class Worker {
     }
     if (!moved_.empty()) throw KvError(ErrorCode::kFailedPrecondition, moved_);
   }
+  void check_layer(uint32_t layer) const {
+    if (layer >= layout_.groups.at(0).layers) {
+      throw KvError(ErrorCode::kInvalidArgument,
+                    "layer " + std::to_string(layer) + " of a layout with " +
+                        std::to_string(layout_.groups.at(0).layers) + " layers");
+    }
+  }
 
   std::mutex mu_;
   KvLayout layout_;
@@ -320,6 +350,8 @@ void bind_worker(py::module_& m) {
       "One rank's worker side of the connector (cache.mode local), over the rank's KV caches, "
       "zero-copy.\n\n"
       "Each step the rank calls, in order: start_load(metadata) before its forward pass, "
+      "(layer-wise, in the forward pass: wait_for_layer_load(l) before layer l's attention, "
+      "save_layer(l) after layer l's KV is written), "
       "queue_stores(metadata) after it, take_output() for the verdicts, which go to "
       "Scheduler.update_from_worker_output. Thread-safe (calls are serialized); the GIL is "
       "released while kvtier works. close() (or leaving a `with` block) waits for the copies "
@@ -341,6 +373,15 @@ void bind_worker(py::module_& m) {
       .def("start_load", &Worker::start_load, py::arg("metadata"),
            "Before the forward pass: stores from earlier steps go, loads start, and it returns "
            "once the forward pass may write every block (the flush set's fences, F10).")
+      .def("wait_for_layer_load", &Worker::wait_for_layer_load, py::arg("layer"),
+           "Layer-wise (connector.transfer_granularity: layer): before the layer's attention, "
+           "returns once the step's loads of that layer landed (F10). A no-op in request "
+           "granularity and with kvtierd, where a request computes only after its load's "
+           "verdict.")
+      .def("save_layer", &Worker::save_layer, py::arg("layer"),
+           "Layer-wise: after the forward pass wrote the layer's KV, the step's stores of that "
+           "layer start (the layers not saved go at queue_stores). A no-op in request "
+           "granularity.")
       .def("queue_stores", &Worker::queue_stores, py::arg("metadata"),
            "After the forward pass wrote its KV: this step's stores, sent at the next "
            "start_load (or drain).")

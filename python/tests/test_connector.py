@@ -26,7 +26,9 @@ def compute_and_store(rig, request_id, blocks, prompt=PROMPT, seed=0):
     req = kvtier.ScheduledRequest(request_id, prompt, len(prompt), [], len(prompt))
     meta, _ = rig.step([req], write=forward)
     assert len(meta.stores) == 1 and len(meta.stores[0].chunks) == 2
-    assert rig.scheduler.request_finished(request_id)  # its store is in flight
+    # True while its store is in flight: always with whole-request transfers (the store goes
+    # at the next step); layer-wise the store went at queue_stores and may be done already.
+    rig.scheduler.request_finished(request_id)
     rig.settle()
 
 
@@ -52,9 +54,42 @@ def test_a_stored_prefix_loads_into_the_registered_tensors(rig):
     c = rig.scheduler.counters()
     assert (c["loads_completed"], c["loaded_tokens"], c["jobs_in_flight"]) == (1, 16, 0)
     assert rig.scheduler.cache_counters()["slots_ready"] == 2
-    assert rig.worker.stats()["completed"] == 2
+    # Layer-wise (the default granularity): one transfer per job and layer.
+    assert rig.worker.stats()["completed"] == 2 * rig.config.layout.layers
     rig.scheduler.audit()
     rig.worker.audit()
+
+
+def test_F10_layerwise_a_layer_has_landed_when_wait_for_layer_load_returns():
+    # Every load copy starts late: a forward pass that read a layer before its wait would see
+    # zeros where the loaded KV goes.
+    r = Rig(small_config("connector.transfer_granularity=layer", "faults.delay_rate=1",
+                         "faults.direction=load"))
+    try:
+        compute_and_store(r, "a", [0, 1, 2, 3, 4])
+        m = r.scheduler.get_num_new_matched_tokens("b", PROMPT, 0)
+        r.scheduler.update_state_after_alloc("b", [8, 9, 10, 11, 12], m.tokens)
+        meta = r.scheduler.build_step_metadata(10, [])
+        assert len(meta.loads) == 1
+        r.worker.start_load(meta)
+        for layer, t in enumerate(r.kv):  # the forward pass, layer by layer
+            r.worker.wait_for_layer_load(layer)
+            assert torch.equal(t[8:12], t[0:4]), f"layer {layer} read before its load landed"
+            r.worker.save_layer(layer)
+        r.worker.queue_stores(meta)
+        loads = []
+        for _ in range(10):
+            r.worker.drain()
+            loads += r.scheduler.update_from_worker_output([r.worker.take_output()]).loads
+            if loads:
+                break
+        assert loads == [kvtier.LoadFinished("b", 16, "completed")]
+        assert r.worker.fault_counts()["delays"] >= r.config.layout.layers
+        with pytest.raises(kvtier.Error) as e:
+            r.worker.wait_for_layer_load(r.config.layout.layers)
+        assert e.value.code == "invalid_argument"
+    finally:
+        r.worker.close()
 
 
 def test_step_metadata_crosses_a_process_boundary_as_bytes(rig):
@@ -99,7 +134,8 @@ def test_F4_a_failed_load_reports_its_blocks_and_resumes_from_the_first_invalid_
         outcome = r.scheduler.update_from_worker_output([out])
         assert outcome.loads == [kvtier.LoadFinished("b", 0, "failed")]
         assert r.scheduler.counters()["loads_failed"] == 1
-        assert r.worker.fault_counts()["submit_failures"] == 1
+        # Layer-wise (the default granularity), each layer's part failed at its submit.
+        assert r.worker.fault_counts()["submit_failures"] == r.config.layout.layers
     finally:
         r.worker.close()
 
@@ -110,8 +146,9 @@ def test_F7_an_unprovable_store_raises_FailStop_at_every_later_update():
     try:
         r.scheduler.get_num_new_matched_tokens("a", PROMPT, 0)
         r.scheduler.update_state_after_alloc("a", [0, 1, 2, 3, 4], 0)
-        r.step([kvtier.ScheduledRequest("a", PROMPT, 17, [], 17)])
         with pytest.raises(kvtier.FailStop) as e:
+            # Layer-wise, the store goes (and fails) in its own step; whole requests, a step later.
+            r.step([kvtier.ScheduledRequest("a", PROMPT, 17, [], 17)])
             for _ in range(5):
                 r.worker.drain()
                 r.step()

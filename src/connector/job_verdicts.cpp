@@ -103,6 +103,7 @@ void SchedulerConnector::retire(Job& job, StepOutcome& out) {
       }
     }
     if (r) --r->stores_in_flight;
+    store_chunks_in_flight_ -= job.keys.size();
   } else {
     LoadFinished done{.request = job.request, .num_computed = job.to_tokens};
     if (job.unprovable) {

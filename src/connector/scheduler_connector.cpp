@@ -22,6 +22,7 @@ SchedulerOptions scheduler_options(const Config& config, uint32_t world_size, Kv
       .model = std::move(model),
       .store_decode = config.connector.store_decode,
       .store_threshold = config.connector.store_threshold,
+      .max_store_chunks_in_flight = config.connector.max_store_chunks_in_flight,
       .job_timeout = seconds_to_duration(config.transfer.transfer_deadline_s +
                                          config.transfer.completion_margin_s),
   };
@@ -52,6 +53,9 @@ void SchedulerConnector::init() {
   if (options_.world_size == 0) throw std::invalid_argument("SchedulerConnector: world_size 0");
   if (options_.store_threshold == 0) {
     throw std::invalid_argument("SchedulerConnector: store_threshold must be >= 1");
+  }
+  if (options_.max_store_chunks_in_flight == 0) {
+    throw std::invalid_argument("SchedulerConnector: max_store_chunks_in_flight must be >= 1");
   }
   if (options_.job_timeout <= Duration::zero()) {
     throw std::invalid_argument("SchedulerConnector: job_timeout must be > 0");
@@ -286,11 +290,12 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
     size_t chunk;
   };
   std::vector<Candidate> candidates;
+  std::vector<size_t> ends(r.keys.size());
   for (size_t g = 0; g < r.keys.size(); ++g) {
     const KvGroup& group = options_.layout.groups[g];
-    const size_t end = std::min({limit / group.chunk_tokens(), r.keys[g].size(),
-                                 r.blocks[g].size() / group.blocks_per_chunk});
-    for (size_t c = r.stored_chunks[g]; c < end; ++c) {
+    ends[g] = std::min({limit / group.chunk_tokens(), r.keys[g].size(),
+                        r.blocks[g].size() / group.blocks_per_chunk});
+    for (size_t c = r.stored_chunks[g]; c < ends[g]; ++c) {
       const ChunkKey& key = r.keys[g][c];
       if (options_.store_threshold > 1) {
         auto seen = lookups_seen_.find(key);
@@ -298,7 +303,16 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
       }
       candidates.push_back(Candidate{key, static_cast<uint32_t>(g), c});
     }
-    r.stored_chunks[g] = std::max(r.stored_chunks[g], end);
+  }
+  if (!candidates.empty() && store_chunks_in_flight_ >= options_.max_store_chunks_in_flight) {
+    // The store direction is behind: the chunks stay unconsidered, and every later step of the
+    // request tries again (they stay in its blocks while it runs). The step never waits.
+    counters_.stores_deferred += candidates.size();
+    r.next_store_tokens = 0;
+    return;
+  }
+  for (size_t g = 0; g < r.keys.size(); ++g) {
+    r.stored_chunks[g] = std::max(r.stored_chunks[g], ends[g]);
   }
   // The next step that can complete a chunk not considered yet (none past the prompt unless
   // decode chunks are stored).
@@ -351,6 +365,7 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
   }
   transfer.keys = job->keys;
   ++r.stores_in_flight;
+  store_chunks_in_flight_ += job->keys.size();
   ++counters_.jobs_issued;
   meta.stores.push_back(std::move(transfer));
   jobs_.emplace(job->id, std::move(job));

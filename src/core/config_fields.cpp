@@ -105,6 +105,12 @@ const std::vector<Field>& config_fields() {
                         integer_in(1, kMaxU32),
                         "Lookups (by any request) that must have asked for a chunk before it is "
                         "stored; 1 stores every chunk a request computes."),
+        connector.field("max_store_chunks_in_flight", &ConnectorConfig::max_store_chunks_in_flight,
+                        integer_in(1, kMaxU32),
+                        "Chunks of store jobs in flight (issued, not yet finished by every "
+                        "rank) above which the store direction is behind: a step's new stores "
+                        "are then put off to a later step (counted as stores_deferred), never "
+                        "waited for. A deferred chunk whose request ends first is not stored."),
         connector.field("transfer_granularity", &ConnectorConfig::transfer_granularity,
                         transfer_granularity(),
                         "How a worker of the in-process cache moves KV: layer by layer (a "

@@ -414,6 +414,36 @@ TEST(ConnectorContract, F10_LayerwiseAttentionOfLayerLWaitsForLayerLsLoad) {
   h.expect_leases_conserved();
 }
 
+TEST(ConnectorContract, F5_LayerwiseJobIsReportedOnlyOnceEveryLayerEnded) {
+  ConnectorHarness h(layerwise({.prefill_chunk = 64}));
+  const auto doc = make_tokens(32, 47);
+  store_prefix(h, doc);
+  // The load's layer-0 part fails part-way; its layer-1 part (the next copy call) hangs, so
+  // its copies may still write the request's blocks.
+  const uint64_t first = next_call(h, 0);
+  h.ranks[0]->fault.set_plan(FaultPlan::rules(
+      {FaultRule{.call = first, .fail_at = 1}, FaultRule{.call = first + 1, .hang = true}}));
+  const RequestId b = h.add_request(with_suffix(doc, 6, 48), 2);
+  h.step();
+  ASSERT_EQ(h.last_metadata.loads.size(), 1u);
+  const JobId load = h.last_metadata.loads[0].job;
+  // Poll the worker until the transfer engine has reported the failed layer-0 part.
+  LocalWorkerConnector& worker = *h.ranks[0]->worker;
+  std::vector<JobVerdict> reported;
+  while (worker.engine().stats().failed == 0) {
+    for (JobVerdict& v : worker.get_finished()) reported.push_back(std::move(v));
+  }
+  EXPECT_TRUE(std::ranges::none_of(reported, [&](const JobVerdict& v) { return v.job == load; }))
+      << "a failed layer is no verdict while another layer's copies may still run";
+  EXPECT_GT(h.cache->counters().slots_pinned, 0u) << "the load's source slots stay pinned";
+  h.ranks[0]->fault.release_hangs();
+  for (int i = 0; i < 50 && h.requests.at(b).loads == 0; ++i) h.step();
+  EXPECT_EQ(h.requests.at(b).loads, 1u);
+  EXPECT_EQ(h.scheduler->counters().loads_failed, 1u) << "the job's verdict is its worst layer's";
+  run_until_done(h);
+  h.expect_leases_conserved();
+}
+
 TEST(ConnectorContract, F4_LayerwiseFailedLayerInvalidatesAllLayersOfTheBlocksInEveryGroup) {
   for (uint32_t world : {1u, 2u}) {
     ConnectorHarness h(layerwise({.world_size = world, .layout = hybrid_layout()}));

@@ -65,6 +65,48 @@ TEST(Connector, StoreThresholdWaitsForReuse) {
   h.expect_leases_conserved();
 }
 
+TEST(Connector, StoresOverTheInFlightBoundAreDeferredAndTheRequestKeepsComputing) {
+  // One chunk may be in flight; the first store's copies hang, so the store direction is
+  // behind for as long as the hang lasts.
+  ConnectorHarness h({.prefill_chunk = 8, .max_store_chunks_in_flight = 1});
+  h.ranks[0]->fault.set_plan(FaultPlan::rules({FaultRule{.call = 0, .hang = true}}));
+  const auto doc = make_tokens(32, 21);
+  const RequestId a = h.add_request(with_suffix(doc, 3, 22), 40);
+  for (int i = 0; i < 10; ++i) h.step();
+  // The prompt (35 tokens, 4 chunks) was computed and decoding goes on: no step waited.
+  EXPECT_GT(h.requests.at(a).computed, 35u);
+  EXPECT_EQ(h.scheduler->counters().jobs_in_flight, 1u) << "only chunk 0's store was issued";
+  EXPECT_GE(h.scheduler->counters().stores_deferred, 3u) << "chunks 1-3 were put off";
+  h.ranks[0]->fault.release_hangs();
+  run_until_done(h);
+  EXPECT_EQ(h.check_readable_chunks(doc), 4u)
+      << "the deferred chunks were stored once the direction caught up, a still running";
+  h.expect_leases_conserved();
+}
+
+TEST(Connector, ALoadIsNotQueuedBehindAHungStore) {
+  ConnectorHarness h({.prefill_chunk = 64});
+  const auto doc = make_tokens(32, 23);
+  h.add_request(with_suffix(doc, 3, 24), 2);
+  run_until_done(h);
+  ASSERT_EQ(h.check_readable_chunks(doc), 4u);
+  // Another request's store hangs; a request whose prefix is cached loads meanwhile.
+  h.ranks[0]->fault.set_plan(
+      FaultPlan::rules({FaultRule{.call = h.ranks[0]->fault.counts().copy_calls, .hang = true}}));
+  h.add_request(make_tokens(32, 25), 30);
+  h.step();
+  h.step();  // its store is submitted and hangs
+  ASSERT_EQ(h.scheduler->counters().jobs_in_flight, 1u);
+  const RequestId b = h.add_request(with_suffix(doc, 5, 26), 2);
+  for (int i = 0; i < 5 && h.requests.contains(b); ++i) h.step();
+  EXPECT_FALSE(h.requests.contains(b)) << "b loaded its prefix and finished";
+  EXPECT_EQ(h.scheduler->counters().loads_completed, 1u);
+  EXPECT_EQ(h.scheduler->counters().jobs_in_flight, 1u) << "the store still hangs";
+  h.ranks[0]->fault.release_hangs();
+  run_until_done(h);
+  h.expect_leases_conserved();
+}
+
 TEST(Connector, DecodeChunksAreStoredOnlyWhenConfigured) {
   for (bool store_decode : {false, true}) {
     ConnectorHarness h({.store_decode = store_decode});
@@ -121,6 +163,9 @@ TEST(Connector, BadCallsAreErrors) {
   EXPECT_THROW(SchedulerConnector({.world_size = 0, .layout = single_group_layout()}, cache),
                std::invalid_argument);
   EXPECT_THROW(SchedulerConnector({.layout = KvLayout{}}, cache), std::invalid_argument);
+  EXPECT_THROW(
+      SchedulerConnector({.layout = single_group_layout(), .max_store_chunks_in_flight = 0}, cache),
+      std::invalid_argument);
   SchedulerConnector s({.layout = single_group_layout()}, cache);
   EXPECT_THROW(s.update_state_after_alloc("nobody", {}, 4), std::invalid_argument);
   WorkerOutput from_rank_3{.rank = 3};
@@ -135,10 +180,12 @@ TEST(Connector, OptionsComeFromTheConfig) {
   config.transfer.completion_margin_s = 1.5;
   config.connector.store_decode = true;
   config.connector.store_threshold = 3;
+  config.connector.max_store_chunks_in_flight = 7;
   const SchedulerOptions o = scheduler_options(config, 4, single_group_layout(), "m");
   EXPECT_EQ(o.job_timeout, std::chrono::milliseconds(4500));
   EXPECT_TRUE(o.store_decode);
   EXPECT_EQ(o.store_threshold, 3u);
+  EXPECT_EQ(o.max_store_chunks_in_flight, 7u);
   EXPECT_EQ(o.world_size, 4u);
 }
 

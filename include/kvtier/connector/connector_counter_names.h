@@ -22,6 +22,7 @@ void visit_counters(const ConnectorCounters& c, F&& f) {
   f("jobs_timed_out", c.jobs_timed_out, kCounter);
   f("stale_acks", c.stale_acks, kCounter);
   f("stores_skipped", c.stores_skipped, kCounter);
+  f("stores_deferred", c.stores_deferred, kCounter);
   f("flushes", c.flushes, kCounter);
   f("loaded_tokens", c.loaded_tokens, kCounter);
   f("deferred_lookups", c.deferred_lookups, kCounter);
