@@ -45,38 +45,33 @@ std::vector<std::string> kvtierd_sets(const std::vector<std::string>& serve_sets
   return sets;
 }
 
-// The scenarios of workload_scenarios.h: servers per mode, then every concurrency, the modes
-// taking turns. Returns false when a request failed or an output differed from off's.
-bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const std::string& name,
-                  const std::vector<std::string>& caches, const std::filesystem::path& dir,
-                  size_t& cell, size_t cells, Progress& progress, std::ostream& out) {
-  size_t longest = 0;
-  for (size_t c : o.concurrency) {
-    longest = std::max(longest, make_scenario(name, c, o.sizes, o.seed).longest_prompt);
-  }
-  const size_t prompt_blocks = (longest + o.sizes.answer_tokens + kBlock - 1) / kBlock;
-  const size_t device_blocks = 2 * prompt_blocks + 16;
-  const size_t max_context = std::max<size_t>(4096, longest + o.sizes.answer_tokens + 256);
-  const std::vector<std::string> base = base_sets(o.world_size, device_blocks, max_context);
+// One `kvtier serve` tree per cache mode for one cell: a device that holds the cell's running
+// batch (`concurrency` of its longest prompts, at least two) but not every conversation's
+// history, as a serving engine is sized for its batch.
+std::vector<ModeServer> start_servers(const WorkloadBenchOptions& o, const std::string& exe,
+                                      const std::vector<std::string>& caches,
+                                      const std::vector<std::string>& base, size_t longest,
+                                      const std::filesystem::path& dir, const std::string& tag,
+                                      Progress& progress) {
   const uint64_t chunk_bytes = chunk_bytes_of(base);
-  const double bytes_per_token = static_cast<double>(chunk_bytes) / (kBlock * kBlocksPerChunk);
-
   std::vector<ModeServer> servers;
   for (const std::string& cache : caches) {
-    progress.show("workload: " + name + ": starting " + cache);
+    progress.show("workload: " + tag + ": starting " + cache);
     ModeServer m{.cache = cache};
     std::vector<std::string> sets = base;
     sets.push_back(std::string("connector.enabled=") + (cache == "off" ? "false" : "true"));
-    if (cache == "disk") {
+    if (cache == "host-request") {
+      sets.push_back("connector.transfer_granularity=request");  // whole-request transfers
+    } else if (cache == "disk") {
       // A host pool for about one and a half of the longest prompts: the rest is on disk only.
       const uint64_t chunk_tokens = kBlock * kBlocksPerChunk;
       const uint64_t host_bytes = (longest * 3 / 2 + chunk_tokens - 1) / chunk_tokens * chunk_bytes;
       sets.push_back("cache.host_bytes=" + std::to_string(host_bytes));
-      sets.push_back("tiers.disk_path=" + (dir / ("disk-" + name)).string());
+      sets.push_back("tiers.disk_path=" + (dir / ("disk-" + tag)).string());
     } else if (cache == "kvtierd") {
       m.kvtierd = std::make_unique<KvtierdInstance>(
-          exe, "ipc://" + (dir / ("kvtierd-" + name + ".sock")).string(), kvtierd_sets(base),
-          dir / ("kvtierd-" + name + ".log"));
+          exe, "ipc://" + (dir / ("kvtierd-" + tag + ".sock")).string(), kvtierd_sets(base),
+          dir / ("kvtierd-" + tag + ".log"));
       if (!m.kvtierd->start(30s)) throw std::runtime_error("kvtierd did not start");
       sets.push_back("cache.mode=server");
       sets.push_back("server.endpoint=" + m.kvtierd->endpoint());
@@ -85,11 +80,27 @@ bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const s
     m.serve = std::make_unique<ServeInstance>(exe, sets);
     servers.push_back(std::move(m));
   }
+  return servers;
+}
 
+// The scenarios of workload_scenarios.h: for every concurrency, servers per mode, the modes
+// taking turns. Returns false when a request failed or an output differed from off's.
+bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const std::string& name,
+                  const std::vector<std::string>& caches, const std::filesystem::path& dir,
+                  size_t& cell, size_t cells, Progress& progress, std::ostream& out) {
   bool ok = true;
   for (size_t c : o.concurrency) {
-    // Each concurrency its own requests (nothing carries over from the cell before).
+    // Each concurrency its own requests and its own servers (nothing carries over).
     const Scenario scenario = make_scenario(name, c, o.sizes, o.seed + c);
+    const size_t longest = scenario.longest_prompt;
+    const size_t prompt_blocks = (longest + o.sizes.answer_tokens + kBlock - 1) / kBlock;
+    const size_t device_blocks = std::max<size_t>(2, c) * prompt_blocks + 16;
+    const size_t max_context = std::max<size_t>(4096, longest + o.sizes.answer_tokens + 256);
+    const std::vector<std::string> base = base_sets(o.world_size, device_blocks, max_context);
+    const uint64_t chunk_bytes = chunk_bytes_of(base);
+    const double bytes_per_token = static_cast<double>(chunk_bytes) / (kBlock * kBlocksPerChunk);
+    std::vector<ModeServer> servers =
+        start_servers(o, exe, caches, base, longest, dir, name + "-" + std::to_string(c), progress);
     ++cell;
     std::vector<std::optional<CellRun>> runs(servers.size());
     for (size_t k = 0; k < servers.size(); ++k) {
@@ -123,6 +134,7 @@ bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const s
                            : 0.0},
           {"bytes_loaded", run.counters.loaded_tokens * bytes_per_token},
           {"bytes_stored", run.counters.stored_chunks * static_cast<double>(chunk_bytes)},
+          {"stores_deferred", run.counters.stores_deferred},
           {"wall_s", run.wall_s}};
       for (const auto& [counter, value] : run.counters.mover) row["tier_" + counter] = value;
       if (errors > 0) {
@@ -311,7 +323,7 @@ void run_kill(const std::string& exe, std::ostream& out, bool json) {
 }  // namespace
 
 const std::vector<std::string>& workload_cache_modes() {
-  static const std::vector<std::string> modes = {"off", "host", "disk", "kvtierd"};
+  static const std::vector<std::string> modes = {"off", "host", "host-request", "disk", "kvtierd"};
   return modes;
 }
 

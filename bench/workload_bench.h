@@ -32,7 +32,7 @@ struct WorkloadBenchOptions {
   // Scenario names (workload_scenarios.h, "pressure", "kill", "layerwise"); empty: all of them.
   std::vector<std::string> scenarios;
   std::vector<size_t> concurrency = {1, 8, 32};
-  std::vector<std::string> caches;  // modes; empty: off, host, disk, kvtierd
+  std::vector<std::string> caches;  // modes; empty: workload_cache_modes()
   ScenarioSizes sizes;
   uint32_t world_size = 1;
   uint32_t pressure_requests = 40;  // memory-pressure case: requests, 8 at a time

@@ -45,20 +45,44 @@ uint64_t chunk_bytes_of(const std::vector<std::string>& sets) {
   return uint64_t{shape.layout.max_chunk_bytes()} * shape.world_size;
 }
 
-Counters ModeServer::counters() const {
-  const HttpAnswer m = serve->get("/metrics", 5s);
+namespace {
+
+// What one `kvtier serve`'s /metrics says.
+Counters counters_of(const ServeInstance& serve, const std::string& cache) {
+  const HttpAnswer m = serve.get("/metrics", 5s);
   if (m.status != 200)
     throw std::runtime_error(cache + ": /metrics answered " + std::to_string(m.status));
   Counters c{.prompt_tokens = metric_sum(m.body, "kvtier_prompt_tokens_total"),
              .cached_tokens = metric_sum(m.body, "kvtier_cached_prompt_tokens_total"),
              .generated_tokens = metric_sum(m.body, "kvtier_generation_tokens_total"),
              .loaded_tokens = metric_sum(m.body, "kvtier_core_kvtier_loaded_tokens_total"),
-             .stored_chunks = metric_sum(m.body, "kvtier_core_kvtier_host_stores_succeeded_total")};
+             .stored_chunks = metric_sum(m.body, "kvtier_core_kvtier_host_stores_succeeded_total"),
+             .stores_deferred = metric_sum(m.body, "kvtier_core_kvtier_stores_deferred_total")};
   if (cache == "disk") {
     for (const char* name : kMoverCounters) {
       c.mover[name] = metric_sum(m.body, std::string("kvtier_core_kvtier_tier_") + name + "_total");
     }
   }
+  return c;
+}
+
+}  // namespace
+
+Counters ModeServer::counters() const {
+  if (!backends.empty()) {
+    Counters sum;
+    for (const auto& backend : backends) {
+      const Counters c = counters_of(*backend, cache);
+      sum.prompt_tokens += c.prompt_tokens;
+      sum.cached_tokens += c.cached_tokens;
+      sum.generated_tokens += c.generated_tokens;
+      sum.loaded_tokens += c.loaded_tokens;
+      sum.stored_chunks += c.stored_chunks;
+      for (const auto& [name, value] : c.mover) sum.mover[name] += value;
+    }
+    return sum;
+  }
+  Counters c = counters_of(*serve, cache);
   if (kvtierd) {
     const auto stats = kvtierd->stats(5s);
     if (!stats) throw std::runtime_error("kvtierd answers no STATS");

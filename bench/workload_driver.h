@@ -43,12 +43,17 @@ struct Counters {
   double generated_tokens = 0;
   double loaded_tokens = 0;
   double stored_chunks = 0;
+  double stores_deferred = 0;  // chunk stores put off because the store direction was behind
   std::map<std::string, double> mover;  // the tier mover's counters (cache disk)
 
   Counters operator-(const Counters& o) const {
-    Counters d{prompt_tokens - o.prompt_tokens,       cached_tokens - o.cached_tokens,
-               generated_tokens - o.generated_tokens, loaded_tokens - o.loaded_tokens,
-               stored_chunks - o.stored_chunks,       mover};
+    Counters d{prompt_tokens - o.prompt_tokens,
+               cached_tokens - o.cached_tokens,
+               generated_tokens - o.generated_tokens,
+               loaded_tokens - o.loaded_tokens,
+               stored_chunks - o.stored_chunks,
+               stores_deferred - o.stores_deferred,
+               mover};
     for (auto& [name, value] : d.mover) {
       const auto it = o.mover.find(name);
       if (it != o.mover.end()) value -= it->second;
@@ -67,7 +72,10 @@ inline const char* const kMoverCounters[] = {"chunks_demoted",    "writes_droppe
 struct ModeServer {
   std::string cache;
   std::unique_ptr<KvtierdInstance> kvtierd;  // cache kvtierd only
-  std::unique_ptr<ServeInstance> serve;
+  std::unique_ptr<ServeInstance> serve;      // what the requests go to
+  // `kvtier serve` instances behind `serve` when it is a `kvtier router`: its counters are
+  // theirs, summed.
+  std::vector<std::unique_ptr<ServeInstance>> backends;
 
   // Its counters now, from /metrics (and kvtierd's STATS). Throws std::runtime_error.
   Counters counters() const;

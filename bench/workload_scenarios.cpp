@@ -13,9 +13,8 @@ std::string question(std::mt19937_64& rng, const ScenarioSizes& s) {
   return "\nuser: " + filler_text(rng, s.question_tokens) + "\nassistant:";
 }
 
-Scenario multi_round_qa(size_t concurrency, const ScenarioSizes& s, std::mt19937_64& rng) {
+Scenario multi_round_qa(size_t users, const ScenarioSizes& s, std::mt19937_64& rng) {
   Scenario out{.name = "multi-round-qa"};
-  const size_t users = std::max<size_t>(4, concurrency);
   std::vector<std::string> history(users);
   for (std::string& h : history) h = filler_text(rng, s.document_tokens);
   for (uint32_t round = 0; round < s.rounds; ++round) {
@@ -32,7 +31,7 @@ Scenario multi_round_qa(size_t concurrency, const ScenarioSizes& s, std::mt19937
 
 Scenario long_doc_qa(size_t concurrency, const ScenarioSizes& s, std::mt19937_64& rng) {
   Scenario out{.name = "long-doc-qa"};
-  const size_t documents = 4 + concurrency / 4;
+  const size_t documents = std::max<size_t>(4, 2 * concurrency);  // as users, above
   for (size_t d = 0; d < documents; ++d) {
     const std::string document = filler_text(rng, s.document_tokens);
     for (int q = 0; q < 4; ++q) out.requests.push_back({.prompt = document + question(rng, s)});
@@ -60,6 +59,14 @@ Scenario system_prompt(size_t concurrency, const ScenarioSizes& s, std::mt19937_
   return out;
 }
 
+Scenario finished(Scenario out, const ScenarioSizes& sizes) {
+  out.max_tokens = sizes.answer_tokens;
+  for (const ScenarioRequest& r : out.requests) {
+    out.longest_prompt = std::max(out.longest_prompt, r.prompt.size());
+  }
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& scenario_names() {
@@ -73,7 +80,9 @@ Scenario make_scenario(std::string_view name, size_t concurrency, const Scenario
   std::mt19937_64 rng(seed);
   Scenario out;
   if (name == "multi-round-qa") {
-    out = multi_round_qa(concurrency, sizes, rng);
+    // Twice as many users as the device holds prompts (it holds `concurrency` of them): a
+    // user's history has left the device when the user comes back.
+    out = multi_round_qa(std::max<size_t>(4, 2 * concurrency), sizes, rng);
   } else if (name == "long-doc-qa") {
     out = long_doc_qa(concurrency, sizes, rng);
   } else if (name == "no-reuse") {
@@ -83,11 +92,12 @@ Scenario make_scenario(std::string_view name, size_t concurrency, const Scenario
   } else {
     throw std::invalid_argument("unknown scenario '" + std::string(name) + "'");
   }
-  out.max_tokens = sizes.answer_tokens;
-  for (const ScenarioRequest& r : out.requests) {
-    out.longest_prompt = std::max(out.longest_prompt, r.prompt.size());
-  }
-  return out;
+  return finished(std::move(out), sizes);
+}
+
+Scenario multi_round_qa_of_users(size_t users, const ScenarioSizes& sizes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return finished(multi_round_qa(std::max<size_t>(4, users), sizes, rng), sizes);
 }
 
 }  // namespace kvtier::bench

@@ -5,11 +5,11 @@
 // length rather than what the model said (the model's output would make later prompts depend
 // on the mode under test).
 //
-// - multi-round-qa: max(4, concurrency) users, each a document followed by rounds of a
+// - multi-round-qa: max(4, 2 × concurrency) users, each a document followed by rounds of a
 //   question and an answer; round r's prompt is round r-1's prompt, its answer and a new
 //   question (the shared history grows). Sent round by round over all users, as LMCache's
 //   multi-round QA benchmark does.
-// - long-doc-qa: 4 + concurrency/4 long documents, each asked 4 questions, in shuffled order.
+// - long-doc-qa: max(4, 2 × concurrency) long documents, each asked 4 questions, in shuffled order.
 // - no-reuse: 2 × concurrency (at least 16) prompts that share nothing: the cost of offloading
 //   when nothing can be reused.
 // - system-prompt: 2 × concurrency (at least 16) users' questions behind one long system prompt.
@@ -54,5 +54,9 @@ const std::vector<std::string>& scenario_names();
 // unknown name.
 Scenario make_scenario(std::string_view name, size_t concurrency, const ScenarioSizes& sizes,
                        uint64_t seed);
+
+// multi-round-qa with exactly max(4, users) users, whatever the concurrency (the routing bench
+// sizes its devices by users).
+Scenario multi_round_qa_of_users(size_t users, const ScenarioSizes& sizes, uint64_t seed);
 
 }  // namespace kvtier::bench
