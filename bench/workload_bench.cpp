@@ -51,7 +51,7 @@ std::vector<std::string> kvtierd_sets(const std::vector<std::string>& serve_sets
 std::vector<ModeServer> start_servers(const WorkloadBenchOptions& o, const std::string& exe,
                                       const std::vector<std::string>& caches,
                                       const std::vector<std::string>& base, size_t longest,
-                                      const std::filesystem::path& dir, const std::string& tag,
+                                      size_t concurrency, const std::filesystem::path& dir, const std::string& tag,
                                       Progress& progress) {
   const uint64_t chunk_bytes = chunk_bytes_of(base);
   std::vector<ModeServer> servers;
@@ -63,9 +63,14 @@ std::vector<ModeServer> start_servers(const WorkloadBenchOptions& o, const std::
     if (cache == "host-request") {
       sets.push_back("connector.transfer_granularity=request");  // whole-request transfers
     } else if (cache == "disk") {
-      // A host pool for about one and a half of the longest prompts: the rest is on disk only.
+      // A host pool for the running batch's prefixes and half as many again (1.5 × the
+      // concurrency's longest prompts, at least 3): room to stage what the batch loads, but less
+      // than the working set of multi-round-qa's users and long-doc-qa's documents (2 ×
+      // concurrency prompts), so most reuse comes back from disk.
       const uint64_t chunk_tokens = kBlock * kBlocksPerChunk;
-      const uint64_t host_bytes = (longest * 3 / 2 + chunk_tokens - 1) / chunk_tokens * chunk_bytes;
+      const uint64_t prompts = std::max<uint64_t>(2, concurrency) * 3 / 2;
+      const uint64_t host_bytes =
+          prompts * ((longest + chunk_tokens - 1) / chunk_tokens) * chunk_bytes;
       sets.push_back("cache.host_bytes=" + std::to_string(host_bytes));
       sets.push_back("tiers.disk_path=" + (dir / ("disk-" + tag)).string());
     } else if (cache == "kvtierd") {
@@ -100,7 +105,7 @@ bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const s
     const uint64_t chunk_bytes = chunk_bytes_of(base);
     const double bytes_per_token = static_cast<double>(chunk_bytes) / (kBlock * kBlocksPerChunk);
     std::vector<ModeServer> servers =
-        start_servers(o, exe, caches, base, longest, dir, name + "-" + std::to_string(c), progress);
+        start_servers(o, exe, caches, base, longest, c, dir, name + "-" + std::to_string(c), progress);
     ++cell;
     std::vector<std::optional<CellRun>> runs(servers.size());
     for (size_t k = 0; k < servers.size(); ++k) {

@@ -42,7 +42,9 @@ Scenario long_doc_qa(size_t concurrency, const ScenarioSizes& s, std::mt19937_64
 
 Scenario no_reuse(size_t concurrency, const ScenarioSizes& s, std::mt19937_64& rng) {
   Scenario out{.name = "no-reuse"};
-  const size_t n = std::max<size_t>(16, 2 * concurrency);
+  // Eight rounds of the batch: its ratios measure a cost of a few percent, which a cell of two
+  // rounds (a few seconds) cannot tell from the noise of a shared machine.
+  const size_t n = std::max<size_t>(16, 8 * concurrency);
   for (size_t i = 0; i < n; ++i) {
     // A distinct first word: no two prompts share even their first block.
     out.requests.push_back(
