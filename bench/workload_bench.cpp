@@ -51,8 +51,8 @@ std::vector<std::string> kvtierd_sets(const std::vector<std::string>& serve_sets
 std::vector<ModeServer> start_servers(const WorkloadBenchOptions& o, const std::string& exe,
                                       const std::vector<std::string>& caches,
                                       const std::vector<std::string>& base, size_t longest,
-                                      size_t concurrency, const std::filesystem::path& dir, const std::string& tag,
-                                      Progress& progress) {
+                                      size_t concurrency, const std::filesystem::path& dir,
+                                      const std::string& tag, Progress& progress) {
   const uint64_t chunk_bytes = chunk_bytes_of(base);
   std::vector<ModeServer> servers;
   for (const std::string& cache : caches) {
@@ -104,8 +104,8 @@ bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const s
     const std::vector<std::string> base = base_sets(o.world_size, device_blocks, max_context);
     const uint64_t chunk_bytes = chunk_bytes_of(base);
     const double bytes_per_token = static_cast<double>(chunk_bytes) / (kBlock * kBlocksPerChunk);
-    std::vector<ModeServer> servers =
-        start_servers(o, exe, caches, base, longest, c, dir, name + "-" + std::to_string(c), progress);
+    std::vector<ModeServer> servers = start_servers(o, exe, caches, base, longest, c, dir,
+                                                    name + "-" + std::to_string(c), progress);
     ++cell;
     std::vector<std::optional<CellRun>> runs(servers.size());
     for (size_t k = 0; k < servers.size(); ++k) {
