@@ -9,28 +9,13 @@
 #include <filesystem>
 
 #include "engine/serve_rig.h"
+#include "support/temp_dir.h"
 
 namespace kvtier::test {
 namespace {
 
 // A folder for the backends' ipc:// event endpoints, removed at the end.
-class EventDir {
- public:
-  EventDir() {
-    char pattern[] = "/tmp/kvtier-router-test-XXXXXX";
-    if (mkdtemp(pattern) != nullptr) path_ = pattern;
-  }
-  ~EventDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  EventDir(const EventDir&) = delete;
-  EventDir& operator=(const EventDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using EventDir = kvtier::testing::TempDir;
 
 // Backend `n`'s settings: KV events on ipc endpoints in `dir`, a quick stall detection (H6).
 std::vector<std::string> backend_sets(const EventDir& dir, int n,
@@ -94,6 +79,17 @@ std::string document(size_t n, int seed) {
   return std::to_string(seed) + ":" + prompt_text(n, seed * 5 + 1);
 }
 
+// Whether the router's index comes to hold at least `blocks` device blocks of `backend` (from
+// its events) within 10 s.
+bool indexed_on_device(const ServeProcess& router, const std::string& backend, double blocks) {
+  return wait_until(
+      [&] {
+        return backend_metric(router, "kvtier_router_indexed_blocks", backend,
+                              "medium=\"device\"") >= blocks;
+      },
+      10000ms);
+}
+
 TEST(RouterE2E, RequestsWithASharedPrefixGoToTheBackendWhoseEventsSayItHoldsIt) {
   EventDir dir;
   auto a = start_ready(backend_sets(dir, 0));
@@ -110,12 +106,7 @@ TEST(RouterE2E, RequestsWithASharedPrefixGoToTheBackendWhoseEventsSayItHoldsIt) 
   // loaded machine takes more than the default 5 s).
   ASSERT_EQ(b->post("/v1/completions", {{"prompt", x + "\nQ1"}, {"max_tokens", 4}}, 60000ms).status,
             200);
-  ASSERT_TRUE(wait_until(
-      [&] {
-        return backend_metric(*router, "kvtier_router_indexed_blocks", url_of(*b),
-                              "medium=\"device\"") >= 640 / 16;
-      },
-      10000ms));
+  ASSERT_TRUE(indexed_on_device(*router, url_of(*b), 640 / 16));
   // With both idle, load alone would pick A (a tie goes to the first): the prefix picks B.
   const Routed hit = post_routed(*router, {{"prompt", x + "\nQ2"}, {"max_tokens", 4}});
   ASSERT_EQ(hit.status, 200) << hit.body;
@@ -127,12 +118,7 @@ TEST(RouterE2E, RequestsWithASharedPrefixGoToTheBackendWhoseEventsSayItHoldsIt) 
   const std::string y = document(640, 2);
   ASSERT_EQ(a->post("/v1/completions", {{"prompt", y + "\nQ1"}, {"max_tokens", 4}}, 60000ms).status,
             200);
-  ASSERT_TRUE(wait_until(
-      [&] {
-        return backend_metric(*router, "kvtier_router_indexed_blocks", url_of(*a),
-                              "medium=\"device\"") >= 640 / 16;
-      },
-      10000ms));
+  ASSERT_TRUE(indexed_on_device(*router, url_of(*a), 640 / 16));
   const Routed other = post_routed(*router, {{"prompt", y + "\nQ2"}, {"max_tokens", 4}});
   ASSERT_EQ(other.status, 200);
   EXPECT_EQ(other.backend, url_of(*a));
