@@ -90,6 +90,7 @@ void SchedulerConnector::retire(Job& job, StepOutcome& out) {
   if (job.kind == JobKind::kStore) {
     if (job.unprovable) {
       cache_.quarantine_store(job.keys);  // F7
+      if (r) r->blocks_quarantined = true;
     } else if (job.failed || job.epoch != epoch_) {
       cache_.complete_store(job.keys, Verdict::kFailed);  // F3 (or dropped by a reset)
       if (job.failed) ++counters_.stores_failed;
@@ -133,7 +134,7 @@ void SchedulerConnector::retire(Job& job, StepOutcome& out) {
 }
 
 void SchedulerConnector::maybe_release(RequestState& r, StepOutcome& out) {
-  if (!r.finished || r.load || r.stores_in_flight > 0) return;
+  if (!r.finished || r.load || r.stores_in_flight > 0 || r.blocks_quarantined) return;
   out.released.push_back(r.id);
   requests_.erase(r.id);
 }

@@ -26,6 +26,9 @@ struct SchedulerConnector::RequestState {
   std::optional<JobId> load;     // its load in flight
   size_t stores_in_flight = 0;
   bool finished = false;  // request_finished() was called
+  // An Unprovable store read its blocks: copies may still read them, so the engine never gets
+  // them back (F7: every lease of an Unprovable transfer, device blocks included, is kept).
+  bool blocks_quarantined = false;
 };
 
 enum class JobKind { kLoad, kStore };

@@ -376,7 +376,7 @@ bool SchedulerConnector::request_finished(const RequestId& request) {
   if (it == requests_.end()) return false;
   RequestState& r = *it->second;
   r.finished = true;
-  if (r.load || r.stores_in_flight > 0) return true;
+  if (r.load || r.stores_in_flight > 0 || r.blocks_quarantined) return true;
   requests_.erase(it);
   return false;
 }

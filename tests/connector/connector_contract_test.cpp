@@ -260,6 +260,20 @@ TEST(ConnectorContract, F7_UnprovableStoreIsQuarantinedNeverPublished) {
   h.expect_leases_conserved();
 }
 
+TEST(ConnectorContract, F7_UnprovableStoreNeverReleasesItsRequestsBlocks) {
+  ConnectorHarness h({.world_size = 2, .prefill_chunk = 64});
+  h.ranks[1]->fault.set_plan(FaultPlan::rules({FaultRule{.call = 0, .record_fails = true}}));
+  const auto doc = make_tokens(32, 9);
+  const RequestId a = h.add_request(with_suffix(doc, 3, 10), 2);
+  for (int i = 0; i < 5; ++i) h.step();
+  ASSERT_TRUE(h.scheduler->fail_stopped());
+  // The request ended, but its store's copies may still read its blocks: they stay its own.
+  ASSERT_TRUE(h.requests.contains(a)) << "released to the engine after an unprovable store";
+  EXPECT_EQ(h.requests.at(a).state, SimState::kFinishing);
+  EXPECT_FALSE(h.requests.at(a).blocks[0].empty());
+  h.expect_leases_conserved();
+}
+
 TEST(ConnectorContract, F8_JobNotCompleteAfterTheMarginIsUnprovable) {
   ConnectorHarness h({.world_size = 2,
                       .prefill_chunk = 64,

@@ -276,9 +276,13 @@ class ConnectorHarness {
     return true;
   }
 
+  // A FAILED engine (F7) hands out no freed block again: copies that cannot be proven stopped
+  // may still read or write it.
   void free_request_blocks(SimRequest& r) {
+    const bool failed = scheduler->fail_stopped();
     for (size_t g = 0; g < groups(); ++g) {
       for (uint32_t b : r.blocks[g]) {
+        if (failed) continue;
         if (options.reuse_freed_blocks_first) {
           free_blocks[g].push_front(b);
         } else {

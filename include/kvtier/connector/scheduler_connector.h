@@ -103,7 +103,8 @@ struct LoadFinished {
 
 struct StepOutcome {
   std::vector<LoadFinished> loads;  // requests whose load ended this step
-  // Finished requests whose last transfer ended: the engine may free their blocks now.
+  // Finished requests whose last transfer ended: the engine may free their blocks now. Never
+  // a request an Unprovable store read from (F7).
   std::vector<RequestId> released;
   bool fail_stop = false;  // F7: the engine must turn FAILED
 };
@@ -155,7 +156,8 @@ class SchedulerConnector {
   StepOutcome update_from_worker_output(std::span<const WorkerOutput> outputs);
 
   // The request ended. Returns true when a transfer of it is still in flight: the engine keeps
-  // its blocks until StepOutcome::released names it.
+  // its blocks until StepOutcome::released names it. A request an Unprovable store read from is
+  // never released: its copies may still read the blocks (F7).
   bool request_finished(const RequestId& request);
 
   // The engine freed the request's blocks to make room and will compute it again later (from
