@@ -1,4 +1,5 @@
-// kvtier: the command-line entry point (serve | server | bench | doctor as they land).
+// kvtier: the command-line entry point. Built twice: `kvtier` with every command, and `kvtierd`
+// (KVTIER_SERVICE_ONLY) with the cache service's commands only: server, admin, keygen, config.
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
@@ -7,7 +8,11 @@
 #include "kvtier/core/log.h"
 
 int main(int argc, char** argv) {
+#ifdef KVTIER_SERVICE_ONLY
+  CLI::App app{"kvtierd: the kvtier cache service (kvtier's server, admin, keygen and config)"};
+#else
   CLI::App app{"kvtier: a KV-cache offload engine for LLM inference"};
+#endif
   app.set_version_flag("--version", "kvtier " KVTIER_VERSION);
   app.require_subcommand(1);
   kvtier::ConfigSources sources;
@@ -22,12 +27,18 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format,
                  "Log lines as text, or json (one object per line) for log shippers (log.format)");
   app.fallthrough();  // --config / --set may follow the subcommand too
+#ifdef KVTIER_SERVICE_ONLY
+  const kvtier::cli::Action actions[] = {
+      kvtier::cli::add_config_command(app), kvtier::cli::add_server_command(app),
+      kvtier::cli::add_admin_command(app), kvtier::cli::add_keygen_command(app)};
+#else
   const kvtier::cli::Action actions[] = {
       kvtier::cli::add_bench_command(app),       kvtier::cli::add_config_command(app),
       kvtier::cli::add_engine_core_command(app), kvtier::cli::add_worker_command(app),
       kvtier::cli::add_server_command(app),      kvtier::cli::add_serve_command(app),
       kvtier::cli::add_admin_command(app),       kvtier::cli::add_keygen_command(app),
       kvtier::cli::add_router_command(app)};
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

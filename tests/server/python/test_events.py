@@ -183,9 +183,9 @@ def test_an_engine_core_announces_its_device_blocks_with_their_tokens():
     import subprocess
     import urllib.error
     import urllib.request
-    from test_protocol import binary
+    from test_protocol import serve_binary
     events = ipc("serve-events")
-    serve = subprocess.Popen([binary(), "--set", "engine.port=0", "--set", f"events.endpoint={events}",
+    serve = subprocess.Popen([serve_binary(), "--set", "engine.port=0", "--set", f"events.endpoint={events}",
                               "--set", "connector.enabled=false", "serve"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     sub = zmq.Context.instance().socket(zmq.SUB)

@@ -19,7 +19,7 @@ import msgpack
 import pytest
 
 from test_protocol import (SETTINGS, Client, Memory, binary, blocks, expect_error, key,
-                           wait_until_answering)
+                           serve_binary, wait_until_answering)
 
 CHUNK_BYTES = 3072  # one chunk of the suite's layout (test_protocol.LAYOUT)
 
@@ -344,7 +344,7 @@ def children_of(pid):
 def test_every_process_of_kvtier_serve_logs_json_lines_with_its_role_and_pid():
     log = tempfile.TemporaryFile(mode="w+")
     serve = subprocess.Popen(
-        [binary(), "--log-format", "json", "serve", "--port", "0", "--world-size", "2",
+        [serve_binary(), "--log-format", "json", "serve", "--port", "0", "--world-size", "2",
          "--set", "engine.heartbeat_interval_s=0.05", "--set", "layout.block_size=16",
          "--set", "layout.blocks_per_chunk=4"],
         stdout=subprocess.PIPE, stderr=log, text=True)

@@ -47,6 +47,16 @@ def binary():
     return path
 
 
+def serve_binary():
+    """The kvtier binary with `serve`: $PROTOCOL_TEST_KVTIER_SERVE (ctest sets it; kvtierd has no
+    engine), else $PROTOCOL_TEST_KVTIER. A build of the library layers alone, as the sanitizer
+    stages of .ci/run make, has no such binary, and the tests that need one skip."""
+    path = os.environ.get("PROTOCOL_TEST_KVTIER_SERVE") or binary()
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"{path} is not built (a build of the library layers has kvtierd only)")
+    return path
+
+
 def wait_until_answering(process, probe, why=lambda: ""):
     """Waits until kvtierd (`process`) answers `probe`'s PING, for up to 15 s; `why` adds to the
     message when it exits first."""
