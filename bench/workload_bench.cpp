@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -88,16 +89,102 @@ std::vector<ModeServer> start_servers(const WorkloadBenchOptions& o, const std::
   return servers;
 }
 
+// One mode's row for one round of a cell; with `off` (cache off's run of the same round), the
+// ratios against it.
+nlohmann::ordered_json cell_row(const std::string& name, size_t c, const std::string& cache,
+                                const Scenario& scenario, const CellRun& run, const CellRun* off,
+                                uint64_t chunk_bytes, double bytes_per_token) {
+  const size_t errors = static_cast<size_t>(
+      std::ranges::count_if(run.outputs, [](const auto& t) { return !t.has_value(); }));
+  const double tokens_per_s = run.wall_s > 0 ? run.counters.generated_tokens / run.wall_s : 0;
+  nlohmann::ordered_json row{
+      {"bench", "workload"},
+      {"scenario", name},
+      {"concurrency", c},
+      {"cache", cache},
+      {"requests", scenario.requests.size()},
+      {"errors", errors},
+      {"ttft_p50_ms", percentile(run.ttft_ms, 0.5)},
+      {"ttft_p99_ms", percentile(run.ttft_ms, 0.99)},
+      {"itl_p50_ms", percentile(run.itl_ms, 0.5)},
+      {"itl_p99_ms", percentile(run.itl_ms, 0.99)},
+      {"output_tokens_per_s", tokens_per_s},
+      {"hit_rate", run.counters.prompt_tokens > 0
+                       ? run.counters.cached_tokens / run.counters.prompt_tokens
+                       : 0.0},
+      {"bytes_loaded", run.counters.loaded_tokens * bytes_per_token},
+      {"bytes_stored", run.counters.stored_chunks * static_cast<double>(chunk_bytes)},
+      {"stores_deferred", run.counters.stores_deferred},
+      {"wall_s", run.wall_s}};
+  for (const auto& [counter, value] : run.counters.mover) row["tier_" + counter] = value;
+  if (errors > 0) row["failures"] = run.failures;
+  if (off != nullptr && cache != "off") {
+    const double off_tps = off->wall_s > 0 ? off->counters.generated_tokens / off->wall_s : 0;
+    const double p50 = percentile(run.ttft_ms, 0.5), p99 = percentile(run.ttft_ms, 0.99);
+    const double off_p50 = percentile(off->ttft_ms, 0.5);
+    const double off_p99 = percentile(off->ttft_ms, 0.99);
+    row["throughput_ratio"] = off_tps > 0 ? tokens_per_s / off_tps : 0.0;
+    row["ttft_p50_speedup"] = p50 > 0 ? off_p50 / p50 : 0.0;
+    row["ttft_p99_slowdown"] = off_p99 > 0 ? p99 / off_p99 : 0.0;
+    row["outputs_identical"] = errors == 0 && run.outputs == off->outputs;
+  }
+  return row;
+}
+
+// The rows of one mode's rounds as one row: every number is the median of the rounds' (a ratio
+// the median of the rounds' ratios, each against cache off in the same round), errors are
+// summed, outputs are identical when they were in every round, and `<ratio>_rounds` lists each
+// round's ratios.
+nlohmann::ordered_json median_row(const std::vector<nlohmann::ordered_json>& rounds) {
+  nlohmann::ordered_json row = rounds.front();
+  if (rounds.size() == 1) return row;
+  for (auto& [field, value] : row.items()) {
+    if (!value.is_number() || field == "concurrency" || field == "requests") continue;
+    std::vector<double> values;
+    for (const auto& r : rounds) values.push_back(r.value(field, 0.0));
+    if (field == "errors") {
+      value = static_cast<uint64_t>(std::accumulate(values.begin(), values.end(), 0.0));
+    } else {
+      value = percentile(values, 0.5);
+    }
+  }
+  for (const char* ratio : {"throughput_ratio", "ttft_p50_speedup", "ttft_p99_slowdown"}) {
+    if (!row.contains(ratio)) continue;
+    nlohmann::ordered_json each = nlohmann::ordered_json::array();
+    for (const auto& r : rounds) each.push_back(r[ratio]);
+    row[std::string(ratio) + "_rounds"] = each;
+  }
+  if (row.contains("outputs_identical")) {
+    row["outputs_identical"] = std::ranges::all_of(
+        rounds, [](const auto& r) { return r.value("outputs_identical", false); });
+  }
+  nlohmann::ordered_json failures = nlohmann::ordered_json::object();
+  for (const auto& r : rounds) {
+    if (!r.contains("failures")) continue;
+    for (const auto& [how, n] : r["failures"].items()) {
+      failures[how] = failures.value(how, size_t{0}) + n.get<size_t>();
+    }
+  }
+  if (!failures.empty()) row["failures"] = failures;
+  row["rounds"] = rounds.size();
+  return row;
+}
+
 // The scenarios of workload_scenarios.h: for every concurrency, servers per mode, the modes
-// taking turns. Returns false when a request failed or an output differed from off's.
+// taking turns, `repeat` rounds of them (each round its own prompts, from its own seed).
+// Returns false when a request failed or an output differed from off's.
 bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const std::string& name,
                   const std::vector<std::string>& caches, const std::filesystem::path& dir,
                   size_t& cell, size_t cells, Progress& progress, std::ostream& out) {
   bool ok = true;
   for (size_t c : o.concurrency) {
     // Each concurrency its own requests and its own servers (nothing carries over).
-    const Scenario scenario = make_scenario(name, c, o.sizes, o.seed + c);
-    const size_t longest = scenario.longest_prompt;
+    std::vector<Scenario> scenarios;
+    for (uint32_t r = 0; r < o.repeat; ++r) {
+      scenarios.push_back(make_scenario(name, c, o.sizes, o.seed + c + uint64_t{7919} * r));
+    }
+    size_t longest = 0;
+    for (const Scenario& s : scenarios) longest = std::max(longest, s.longest_prompt);
     const size_t prompt_blocks = (longest + o.sizes.answer_tokens + kBlock - 1) / kBlock;
     const size_t device_blocks = std::max<size_t>(2, c) * prompt_blocks + 16;
     const size_t max_context = std::max<size_t>(4096, longest + o.sizes.answer_tokens + 256);
@@ -107,58 +194,30 @@ bool run_scenario(const WorkloadBenchOptions& o, const std::string& exe, const s
     std::vector<ModeServer> servers = start_servers(o, exe, caches, base, longest, c, dir,
                                                     name + "-" + std::to_string(c), progress);
     ++cell;
-    std::vector<std::optional<CellRun>> runs(servers.size());
-    for (size_t k = 0; k < servers.size(); ++k) {
-      const size_t m = (k + cell) % servers.size();  // the order rotates from cell to cell
-      progress.show("workload: cell " + std::to_string(cell) + "/" + std::to_string(cells) + ": " +
-                    name + ", concurrency " + std::to_string(c) + ", cache " + servers[m].cache +
-                    " (" + std::to_string(scenario.requests.size()) + " requests)");
-      runs[m] = run_cell(servers[m], scenario, c);
-    }
     const auto off = std::ranges::find(caches, "off");
-    const CellRun* base_run = off == caches.end() ? nullptr : &*runs[off - caches.begin()];
+    std::vector<std::vector<nlohmann::ordered_json>> rows(servers.size());
+    for (uint32_t r = 0; r < o.repeat; ++r) {
+      std::vector<std::optional<CellRun>> runs(servers.size());
+      for (size_t k = 0; k < servers.size(); ++k) {
+        const size_t m = (k + cell + r) % servers.size();  // the order rotates every round
+        progress.show(
+            "workload: cell " + std::to_string(cell) + "/" + std::to_string(cells) + ": " + name +
+            ", concurrency " + std::to_string(c) + ", cache " + servers[m].cache + " (" +
+            std::to_string(scenarios[r].requests.size()) + " requests" +
+            (o.repeat > 1 ? ", round " + std::to_string(r + 1) + "/" + std::to_string(o.repeat)
+                          : std::string()) +
+            ")");
+        runs[m] = run_cell(servers[m], scenarios[r], c);
+      }
+      const CellRun* off_run = off == caches.end() ? nullptr : &*runs[off - caches.begin()];
+      for (size_t m = 0; m < servers.size(); ++m) {
+        rows[m].push_back(cell_row(name, c, servers[m].cache, scenarios[r], *runs[m], off_run,
+                                   chunk_bytes, bytes_per_token));
+      }
+    }
     for (size_t m = 0; m < servers.size(); ++m) {
-      const CellRun& run = *runs[m];
-      const size_t errors = static_cast<size_t>(
-          std::ranges::count_if(run.outputs, [](const auto& t) { return !t.has_value(); }));
-      const double tokens_per_s = run.wall_s > 0 ? run.counters.generated_tokens / run.wall_s : 0;
-      nlohmann::ordered_json row{
-          {"bench", "workload"},
-          {"scenario", name},
-          {"concurrency", c},
-          {"cache", servers[m].cache},
-          {"requests", scenario.requests.size()},
-          {"errors", errors},
-          {"ttft_p50_ms", percentile(run.ttft_ms, 0.5)},
-          {"ttft_p99_ms", percentile(run.ttft_ms, 0.99)},
-          {"itl_p50_ms", percentile(run.itl_ms, 0.5)},
-          {"itl_p99_ms", percentile(run.itl_ms, 0.99)},
-          {"output_tokens_per_s", tokens_per_s},
-          {"hit_rate", run.counters.prompt_tokens > 0
-                           ? run.counters.cached_tokens / run.counters.prompt_tokens
-                           : 0.0},
-          {"bytes_loaded", run.counters.loaded_tokens * bytes_per_token},
-          {"bytes_stored", run.counters.stored_chunks * static_cast<double>(chunk_bytes)},
-          {"stores_deferred", run.counters.stores_deferred},
-          {"wall_s", run.wall_s}};
-      for (const auto& [counter, value] : run.counters.mover) row["tier_" + counter] = value;
-      if (errors > 0) {
-        row["failures"] = run.failures;
-        ok = false;
-      }
-      if (base_run && servers[m].cache != "off") {
-        const double off_tps =
-            base_run->wall_s > 0 ? base_run->counters.generated_tokens / base_run->wall_s : 0;
-        const double p50 = percentile(run.ttft_ms, 0.5), p99 = percentile(run.ttft_ms, 0.99);
-        const double off_p50 = percentile(base_run->ttft_ms, 0.5);
-        const double off_p99 = percentile(base_run->ttft_ms, 0.99);
-        const bool identical = errors == 0 && run.outputs == base_run->outputs;
-        row["throughput_ratio"] = off_tps > 0 ? tokens_per_s / off_tps : 0.0;
-        row["ttft_p50_speedup"] = p50 > 0 ? off_p50 / p50 : 0.0;
-        row["ttft_p99_slowdown"] = off_p99 > 0 ? p99 / off_p99 : 0.0;
-        row["outputs_identical"] = identical;
-        if (!identical) ok = false;
-      }
+      const nlohmann::ordered_json row = median_row(rows[m]);
+      if (row["errors"].get<double>() > 0 || !row.value("outputs_identical", true)) ok = false;
       emit(out, o.json, row);
     }
   }

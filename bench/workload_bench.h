@@ -37,6 +37,9 @@ struct WorkloadBenchOptions {
   uint32_t world_size = 1;
   uint32_t pressure_requests = 40;  // memory-pressure case: requests, 8 at a time
   uint64_t seed = 7;
+  // Rounds of every cell of the scenarios above, the modes taking turns in each, every round on
+  // its own prompts (seed + concurrency + 7919 × round); a row gives the median of its rounds.
+  uint32_t repeat = 1;
   std::vector<std::string> extra_sets;  // KEY=VALUE overrides for every server (after the bench's)
   std::string executable;               // kvtier; empty: this process's executable
 };

@@ -137,6 +137,12 @@ Action add_bench_command(CLI::App& app) {
   workload->add_option("--world-size", work->world_size, "Workers per engine core (default 1)")
       ->check(CLI::Range(1, 8));
   workload->add_option("--seed", work->seed, "Seed of the prompts (default 7)");
+  workload
+      ->add_option("--repeat", work->repeat,
+                   "Rounds of every cell of the four workloads, the modes taking turns in each, "
+                   "each round on its own prompts; a row gives the medians of its rounds "
+                   "(default 1)")
+      ->check(CLI::Range(1, 20));
   workload->add_option("--set", work->extra_sets,
                        "KEY=VALUE config override for every server of the scenarios, after the "
                        "bench's own (repeatable; e.g. connector.store_threshold=2)");
