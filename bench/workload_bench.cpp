@@ -115,6 +115,7 @@ nlohmann::ordered_json cell_row(const std::string& name, size_t c, const std::st
       {"bytes_loaded", run.counters.loaded_tokens * bytes_per_token},
       {"bytes_stored", run.counters.stored_chunks * static_cast<double>(chunk_bytes)},
       {"stores_deferred", run.counters.stores_deferred},
+      {"stores_not_admitted", run.counters.stores_not_admitted},
       {"wall_s", run.wall_s}};
   for (const auto& [counter, value] : run.counters.mover) row["tier_" + counter] = value;
   if (errors > 0) row["failures"] = run.failures;

@@ -52,12 +52,14 @@ Counters counters_of(const ServeInstance& serve, const std::string& cache) {
   const HttpAnswer m = serve.get("/metrics", 5s);
   if (m.status != 200)
     throw std::runtime_error(cache + ": /metrics answered " + std::to_string(m.status));
-  Counters c{.prompt_tokens = metric_sum(m.body, "kvtier_prompt_tokens_total"),
-             .cached_tokens = metric_sum(m.body, "kvtier_cached_prompt_tokens_total"),
-             .generated_tokens = metric_sum(m.body, "kvtier_generation_tokens_total"),
-             .loaded_tokens = metric_sum(m.body, "kvtier_core_kvtier_loaded_tokens_total"),
-             .stored_chunks = metric_sum(m.body, "kvtier_core_kvtier_host_stores_succeeded_total"),
-             .stores_deferred = metric_sum(m.body, "kvtier_core_kvtier_stores_deferred_total")};
+  Counters c{
+      .prompt_tokens = metric_sum(m.body, "kvtier_prompt_tokens_total"),
+      .cached_tokens = metric_sum(m.body, "kvtier_cached_prompt_tokens_total"),
+      .generated_tokens = metric_sum(m.body, "kvtier_generation_tokens_total"),
+      .loaded_tokens = metric_sum(m.body, "kvtier_core_kvtier_loaded_tokens_total"),
+      .stored_chunks = metric_sum(m.body, "kvtier_core_kvtier_host_stores_succeeded_total"),
+      .stores_deferred = metric_sum(m.body, "kvtier_core_kvtier_stores_deferred_total"),
+      .stores_not_admitted = metric_sum(m.body, "kvtier_core_kvtier_stores_not_admitted_total")};
   if (cache == "disk") {
     for (const char* name : kMoverCounters) {
       c.mover[name] = metric_sum(m.body, std::string("kvtier_core_kvtier_tier_") + name + "_total");

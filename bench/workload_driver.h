@@ -43,7 +43,8 @@ struct Counters {
   double generated_tokens = 0;
   double loaded_tokens = 0;
   double stored_chunks = 0;
-  double stores_deferred = 0;  // chunk stores put off because the store direction was behind
+  double stores_deferred = 0;      // chunk stores put off because the store direction was behind
+  double stores_not_admitted = 0;  // chunks the admission policy did not store
   std::map<std::string, double> mover;  // the tier mover's counters (cache disk)
 
   Counters operator-(const Counters& o) const {
@@ -53,6 +54,7 @@ struct Counters {
                loaded_tokens - o.loaded_tokens,
                stored_chunks - o.stored_chunks,
                stores_deferred - o.stores_deferred,
+               stores_not_admitted - o.stores_not_admitted,
                mover};
     for (auto& [name, value] : d.mover) {
       const auto it = o.mover.find(name);

@@ -20,7 +20,7 @@ struct SchedulerConnector::RequestState {
   // Fast path of build_step_metadata: below this many computed tokens no group completes a
   // chunk it has not considered, so a step that adds no block needs no work for the request.
   size_t next_store_tokens = 0;
-  bool counted_lookups = false;  // its prompt keys counted for store_threshold
+  bool counted_lookups = false;  // its prompt keys counted for admission
   size_t match_from = 0;         // num_computed of the last match
   size_t match_to = 0;           // tokens the last match covers
   std::optional<JobId> load;     // its load in flight

@@ -5,14 +5,10 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "admission_policy.h"
 #include "request_state.h"
 
 namespace kvtier {
-namespace {
-
-constexpr size_t kMaxLookupCounts = size_t{1} << 20;  // store_threshold memory bound
-
-}  // namespace
 
 SchedulerOptions scheduler_options(const Config& config, uint32_t world_size, KvLayout layout,
                                    std::string model) {
@@ -22,6 +18,7 @@ SchedulerOptions scheduler_options(const Config& config, uint32_t world_size, Kv
       .model = std::move(model),
       .store_decode = config.connector.store_decode,
       .store_threshold = config.connector.store_threshold,
+      .admission_window = config.connector.admission_window,
       .max_store_chunks_in_flight = config.connector.max_store_chunks_in_flight,
       .job_timeout = seconds_to_duration(config.transfer.transfer_deadline_s +
                                          config.transfer.completion_margin_s),
@@ -60,6 +57,8 @@ void SchedulerConnector::init() {
   if (options_.job_timeout <= Duration::zero()) {
     throw std::invalid_argument("SchedulerConnector: job_timeout must be > 0");
   }
+  admission_ =
+      std::make_unique<AdmissionPolicy>(options_.store_threshold, options_.admission_window);
   store_reading_.resize(options_.layout.groups.size());
   align_tokens_ = 1;
   for (const KvGroup& g : options_.layout.groups) {
@@ -113,15 +112,16 @@ Match SchedulerConnector::get_num_new_matched_tokens(const ConnectorRequest& req
     ++counters_.deferred_lookups;
     return Match{.ask_later = true};
   }
-  if (!r.counted_lookups && options_.store_threshold > 1) {
+  if (!r.counted_lookups) {
     r.counted_lookups = true;
-    if (lookups_seen_.size() > kMaxLookupCounts) lookups_seen_.clear();
     const size_t prompt = std::min(request.num_prompt_tokens, request.tokens.size());
+    std::vector<std::span<const ChunkKey>> prompt_keys;
     for (size_t g = 0; g < r.keys.size(); ++g) {
       const size_t n =
           std::min(r.keys[g].size(), prompt / options_.layout.groups[g].chunk_tokens());
-      for (size_t c = 0; c < n; ++c) ++lookups_seen_[r.keys[g][c]];
+      prompt_keys.push_back(std::span(r.keys[g]).first(n));
     }
+    admission_->observe(prompt_keys);
   }
   if (fail_stopped() || request.tokens.empty()) return Match{};
   // At least the last token is computed: the engine needs its logits.
@@ -297,9 +297,9 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
                         r.blocks[g].size() / group.blocks_per_chunk});
     for (size_t c = r.stored_chunks[g]; c < ends[g]; ++c) {
       const ChunkKey& key = r.keys[g][c];
-      if (options_.store_threshold > 1) {
-        auto seen = lookups_seen_.find(key);
-        if (seen == lookups_seen_.end() || seen->second < options_.store_threshold) continue;
+      if (!admission_->admits(key)) {
+        ++counters_.stores_not_admitted;
+        continue;
       }
       candidates.push_back(Candidate{key, static_cast<uint32_t>(g), c});
     }
@@ -394,7 +394,7 @@ void SchedulerConnector::request_preempted(const RequestId& request) {
 Status SchedulerConnector::reset_cache() {
   if (Status s = cache_.reset(); !s) return s;
   ++epoch_;
-  lookups_seen_.clear();
+  admission_->clear();
   return {};
 }
 
@@ -406,6 +406,7 @@ void SchedulerConnector::fail_stop(std::string reason, StepOutcome& out) {
 ConnectorCounters SchedulerConnector::counters() const {
   ConnectorCounters c = counters_;
   c.jobs_in_flight = jobs_.size();
+  c.admission_threshold = admission_->threshold();
   return c;
 }
 

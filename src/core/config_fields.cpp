@@ -105,6 +105,12 @@ const std::vector<Field>& config_fields() {
                         integer_in(1, kMaxU32),
                         "Lookups (by any request) that must have asked for a chunk before it is "
                         "stored; 1 stores every chunk a request computes."),
+        connector.field("admission_window", &ConnectorConfig::admission_window,
+                        integer_in(0, 1 << 20),
+                        "Adaptive admission: once this many requests in a row began with no "
+                        "prefix an earlier request had asked for (nothing is reused), a chunk is "
+                        "stored only once at least 2 lookups asked for it, until a request reuses "
+                        "a prefix again. 0 turns it off: store_threshold alone decides."),
         connector.field("max_store_chunks_in_flight", &ConnectorConfig::max_store_chunks_in_flight,
                         integer_in(1, kMaxU32),
                         "Chunks of store jobs in flight (issued, not yet finished by every "

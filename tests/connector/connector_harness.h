@@ -98,6 +98,7 @@ struct HarnessOptions {
   size_t max_running = 8;
   bool store_decode = false;
   uint32_t store_threshold = 1;
+  uint32_t admission_window = SchedulerOptions{}.admission_window;
   size_t max_store_chunks_in_flight = 64;
   Duration job_timeout = std::chrono::seconds(40);
   TransferOptions transfer{.deadline = std::chrono::seconds(30)};
@@ -211,6 +212,7 @@ class ConnectorHarness {
                          .model = "harness",
                          .store_decode = options.store_decode,
                          .store_threshold = options.store_threshold,
+                         .admission_window = options.admission_window,
                          .max_store_chunks_in_flight = options.max_store_chunks_in_flight,
                          .job_timeout = options.job_timeout},
         *cache, clock);

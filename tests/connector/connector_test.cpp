@@ -65,6 +65,34 @@ TEST(Connector, StoreThresholdWaitsForReuse) {
   h.expect_leases_conserved();
 }
 
+TEST(Connector, AdmissionStopsStoringWhileNothingIsReusedAndStartsAgainOnReuse) {
+  ConnectorHarness h({.admission_window = 3});
+  std::vector<std::vector<TokenId>> docs;
+  for (uint32_t i = 0; i < 4; ++i) {
+    docs.push_back(make_tokens(32, 40 + i));
+    h.add_request(with_suffix(docs.back(), 3, 50 + i), 2);
+    run_until_done(h);
+  }
+  EXPECT_EQ(h.check_readable_chunks(docs[1]), 4u) << "the window is not full yet";
+  // The third request in a row that reuses nothing fills the window, itself included.
+  EXPECT_EQ(h.check_readable_chunks(docs[2]), 0u);
+  EXPECT_EQ(h.check_readable_chunks(docs[3]), 0u);
+  EXPECT_EQ(h.scheduler->counters().stores_not_admitted, 8u);
+  EXPECT_EQ(h.scheduler->counters().admission_threshold, 2u);
+
+  // The fourth document is asked for again: reuse. Its chunks, asked for twice, are stored,
+  // and so is the new document after it.
+  h.add_request(with_suffix(docs[3], 5, 60), 2);
+  run_until_done(h);
+  EXPECT_EQ(h.check_readable_chunks(docs[3]), 4u);
+  EXPECT_EQ(h.scheduler->counters().admission_threshold, 1u);
+  const auto fresh = make_tokens(32, 61);
+  h.add_request(with_suffix(fresh, 3, 62), 2);
+  run_until_done(h);
+  EXPECT_EQ(h.check_readable_chunks(fresh), 4u) << "reuse seen: a first sight is stored";
+  h.expect_leases_conserved();
+}
+
 TEST(Connector, StoresOverTheInFlightBoundAreDeferredAndTheRequestKeepsComputing) {
   // One chunk may be in flight; the first store's copies hang, so the store direction is
   // behind for as long as the hang lasts.

@@ -9,7 +9,8 @@
 
 namespace kvtier {
 
-// f(name, value, kind) for every field: jobs_in_flight is a gauge, the rest counters.
+// f(name, value, kind) for every field: jobs_in_flight and admission_threshold are gauges, the
+// rest counters.
 template <class F>
 void visit_counters(const ConnectorCounters& c, F&& f) {
   using enum CounterKind;
@@ -23,10 +24,12 @@ void visit_counters(const ConnectorCounters& c, F&& f) {
   f("stale_acks", c.stale_acks, kCounter);
   f("stores_skipped", c.stores_skipped, kCounter);
   f("stores_deferred", c.stores_deferred, kCounter);
+  f("stores_not_admitted", c.stores_not_admitted, kCounter);
   f("flushes", c.flushes, kCounter);
   f("loaded_tokens", c.loaded_tokens, kCounter);
   f("deferred_lookups", c.deferred_lookups, kCounter);
   f("jobs_in_flight", uint64_t{c.jobs_in_flight}, kGauge);
+  f("admission_threshold", uint64_t{c.admission_threshold}, kGauge);
 }
 
 }  // namespace kvtier

@@ -57,6 +57,10 @@ struct SchedulerOptions {
   // A chunk is stored only once this many lookups (by any request) asked for it; 1 stores
   // everything a request computes.
   uint32_t store_threshold = 1;
+  // Adaptive admission: once this many requests in a row began with no prefix an earlier
+  // request had asked for, a chunk is stored only when at least 2 lookups asked for it, until a
+  // request reuses a prefix again. 0: store_threshold alone decides.
+  uint32_t admission_window = 32;
   // Never block the step on stores: while this many chunks of store jobs are in flight (the
   // store direction is behind), a step's new stores are put off to a later step of their
   // request, and counted. The bound also bounds what a flush (F10) can make compute wait for.
@@ -117,14 +121,18 @@ struct ConnectorCounters {
   uint64_t stores_failed = 0;
   uint64_t jobs_unprovable = 0;
   uint64_t jobs_timed_out = 0;
-  uint64_t stale_acks = 0;       // acks for jobs not in flight, ignored (F9)
-  uint64_t stores_skipped = 0;   // no room in the host pool
-  uint64_t stores_deferred = 0;  // chunk stores put off a step: the store direction was behind
-  uint64_t flushes = 0;          // store jobs put in a flush set (F10)
+  uint64_t stale_acks = 0;           // acks for jobs not in flight, ignored (F9)
+  uint64_t stores_skipped = 0;       // no room in the host pool
+  uint64_t stores_deferred = 0;      // chunk stores put off a step: the store direction was behind
+  uint64_t stores_not_admitted = 0;  // chunks not stored: too few lookups asked for them
+  uint64_t flushes = 0;              // store jobs put in a flush set (F10)
   uint64_t loaded_tokens = 0;
   uint64_t deferred_lookups = 0;  // ask_later answers
   size_t jobs_in_flight = 0;
+  uint32_t admission_threshold = 1;  // lookups a chunk needs before it is stored, now
 };
+
+class AdmissionPolicy;
 
 class SchedulerConnector {
  public:
@@ -206,7 +214,7 @@ class SchedulerConnector {
   std::map<JobId, std::unique_ptr<Job>> jobs_;  // in flight, oldest first
   std::vector<TransferJob> pending_loads_;      // created since the last step
   std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> being_loaded_;
-  std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> lookups_seen_;  // store_threshold
+  std::unique_ptr<AdmissionPolicy> admission_;
   std::vector<JobId> pending_flush_;   // F10, found by update_state_after_alloc
   size_t store_chunks_in_flight_ = 0;  // chunks of the store jobs in jobs_
   std::vector<LoadFinished> resumed_;  // loads that could not start
