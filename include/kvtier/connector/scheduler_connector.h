@@ -60,7 +60,7 @@ struct SchedulerOptions {
   // Adaptive admission: once this many requests in a row began with no prefix an earlier
   // request had asked for, a chunk is stored only when at least 2 lookups asked for it, until a
   // request reuses a prefix again. 0: store_threshold alone decides.
-  uint32_t admission_window = 32;
+  uint32_t admission_window = 64;
   // Never block the step on stores: while this many chunks of store jobs are in flight (the
   // store direction is behind), a step's new stores are put off to a later step of their
   // request, and counted. The bound also bounds what a flush (F10) can make compute wait for.

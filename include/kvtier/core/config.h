@@ -71,7 +71,7 @@ struct ConnectorConfig {
   bool enabled = true;  // offload KV to the host cache at all
   bool store_decode = false;
   uint32_t store_threshold = 1;
-  uint32_t admission_window = 32;
+  uint32_t admission_window = 64;
   uint32_t max_store_chunks_in_flight = 64;
   TransferGranularity transfer_granularity = TransferGranularity::kLayer;
 
