@@ -156,9 +156,8 @@ SchedulerSide ConnectorFactory::scheduler_side() const {
 }
 
 TransferGranularity ConnectorFactory::granularity() const {
-  return config_.connector.enabled && config_.cache.mode == CacheMode::kLocal
-             ? config_.connector.transfer_granularity
-             : TransferGranularity::kRequest;
+  return config_.connector.enabled ? config_.connector.transfer_granularity
+                                   : TransferGranularity::kRequest;
 }
 
 std::unique_ptr<WorkerConnector> ConnectorFactory::worker(const WorkerSetup& setup) const {

@@ -124,7 +124,9 @@ const std::vector<Field>& config_fields() {
                         "the same step, waiting for each layer's load before that layer's "
                         "attention; a layer's stores start once the layer is written), or whole "
                         "requests (a loading request is computed once its whole load ended). "
-                        "cache.mode server always moves whole requests."),
+                        "With cache.mode server kvtierd moves whole requests either way; layer "
+                        "makes the worker wait for the step's loads before its forward pass, so "
+                        "a loading request is still computed in its load's step."),
         tiers.field("disk_path", &TiersConfig::disk_path, text(),
                     "Directory of the L2 disk tier; empty for no disk tier. Chunks found there "
                     "are used again after a restart. With several engine cores, each has its own "

@@ -21,12 +21,20 @@ KvLayout test_layout() {
                                      .blocks_per_chunk = 4}}};
 }
 
+// Whole-request transfers that end in a later step (transfer_granularity request) unless a
+// fixture below asks for layer, where start_load waits for its loads.
+Config transfers_per(TransferGranularity granularity) {
+  Config c;
+  c.connector.transfer_granularity = granularity;
+  return c;
+}
+
 class RemoteWorkerConnectorTest : public ::testing::Test {
  protected:
-  RemoteWorkerConnectorTest()
+  explicit RemoteWorkerConnectorTest(Config base = transfers_per(TransferGranularity::kRequest))
       : layout_(test_layout()),
         kvtierd_(start_kvtierd(layout_.groups[0], unique_endpoint(), /*test_hooks=*/true)),
-        connector_(0, layout_, 32, server_mode(Config{}, kvtierd_->endpoint())) {
+        connector_(0, layout_, 32, server_mode(std::move(base), kvtierd_->endpoint())) {
     EXPECT_TRUE(connector_.wait_until_ok(std::chrono::seconds(10)));
   }
 
@@ -185,6 +193,59 @@ TEST_F(RemoteWorkerConnectorTest, F12_AuditFailsWhileAJobIsInFlightAndWhenKvtier
   audit = connector_.audit();
   ASSERT_FALSE(audit) << "nothing shows kvtierd's side is clean";
   EXPECT_EQ(audit.error().code, ErrorCode::kUnavailable) << audit.error().message;
+}
+
+// transfer_granularity layer: the engine computes a loading request in the step its load
+// starts, so start_load returns only once its loads ended.
+class RemoteWorkerConnectorInStepTest : public RemoteWorkerConnectorTest {
+ protected:
+  static Config in_step() {
+    Config c = transfers_per(TransferGranularity::kLayer);
+    c.transfer.transfer_deadline_s = 1.0;  // a RETRIEVE waits 1.5 s at most
+    c.transfer.completion_margin_s = 0.5;
+    return c;
+  }
+  RemoteWorkerConnectorInStepTest() : RemoteWorkerConnectorTest(in_step()) {}
+};
+
+TEST_F(RemoteWorkerConnectorInStepTest, F4_LoadsEndInStartLoadWithTheirBytesOrTheirInvalidBlocks) {
+  for (uint32_t b = 0; b < 4; ++b) fill(b, static_cast<uint8_t>(20 * (b + 1)));
+  store(1, {0, 1, 2, 3}, key_);
+  until_verdict(1);
+
+  // Whole chunks, and a load from inside the chunk through scratch: the bytes are in place when
+  // start_load returns, before any output was taken.
+  connector_.start_load(StepMetadata{.loads = {job(2, {4, 5, 6, 7}, key_)}});
+  EXPECT_EQ(connector_.in_flight(), 0u);
+  for (uint32_t b = 0; b < 4; ++b) EXPECT_TRUE(same(b, 4 + b)) << "block " << b;
+  EXPECT_EQ(outcome_of(connector_.take_output(), 2), Outcome::kCompleted);
+  load(3, {10, 11}, key_, /*first_block=*/2);
+  EXPECT_TRUE(same(2, 10));
+  EXPECT_TRUE(same(3, 11));
+  EXPECT_EQ(outcome_of(connector_.take_output(), 3), Outcome::kCompleted);
+
+  // F4: a failed load's verdict and invalid blocks are in the step's output.
+  load(4, {12, 13, 14, 15}, ChunkKey{.lo = 98, .hi = 98});  // never stored
+  const WorkerOutput missing = connector_.take_output();
+  EXPECT_EQ(outcome_of(missing, 4), Outcome::kFailed);
+  EXPECT_EQ(missing.invalid_blocks, (GroupBlocks{{12, 13, 14, 15}}));
+  EXPECT_EQ(connector_.in_flight(), 0u);
+  expect_server_quiescent();
+}
+
+TEST_F(RemoteWorkerConnectorInStepTest, F8_AHungLoadHoldsStartLoadNoLongerThanItsDeadline) {
+  fill(0, 9);
+  store(1, {0, 1, 2, 3}, key_);
+  until_verdict(1);
+  connector_.set_test_hook(Direction::kLoad, server::TestHook::kHangCopies);
+  const auto start = std::chrono::steady_clock::now();
+  load(2, {4, 5, 6, 7}, key_);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(waited, std::chrono::seconds(5)) << "deadline 1 s + margin 0.5 s";
+  const WorkerOutput out = connector_.take_output();
+  EXPECT_NE(outcome_of(out, 2), Outcome::kCompleted);
+  EXPECT_EQ(out.invalid_blocks, (GroupBlocks{{4, 5, 6, 7}})) << "F4";
+  EXPECT_EQ(connector_.in_flight(), 0u);
 }
 
 }  // namespace

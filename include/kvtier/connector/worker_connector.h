@@ -24,7 +24,8 @@
 // verdict covers all its layers: it is reported once every layer ended, Completed only when
 // every layer completed; a failed layer fails the job and reports every block of the load, in
 // every group, invalid (F4). An implementation that moves whole requests does nothing in these
-// two calls; its loading requests are computed only after their load's verdict.
+// two calls; its loading requests are computed only after their load's verdict, unless it ends
+// the step's loads inside start_load (RemoteWorkerConnector with transfer_granularity layer).
 //
 // Contract:
 // - Every job handed to this rank gets exactly one verdict (F1).
@@ -35,8 +36,9 @@
 //   fail-stop (F7).
 // - A load's blocks hold its bytes before the forward pass that reads them: the engine computes
 //   a loading request only after the load's verdict was reported, or (layer-wise) reads a
-//   layer's loaded blocks only after wait_for_layer_load(layer); in the latter case what it
-//   computed from a load whose verdict is not Completed is discarded (F4).
+//   layer's loaded blocks only after wait_for_layer_load(layer), or after a start_load that
+//   ended the load; in the latter cases what it computed from a load whose verdict is not
+//   Completed is discarded (F4).
 // - Layer-wise, a store of layer L reads only KV that the compute enqueued before
 //   save_layer(L) finished writing (F10, per layer).
 // - An Unprovable outcome sets fail_stop in every later output (F7).

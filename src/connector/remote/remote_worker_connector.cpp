@@ -23,7 +23,8 @@ RemoteWorkerConnector::RemoteWorkerConnector(uint32_t rank, const KvLayout& layo
     : rank_(rank),
       layout_(layout),
       device_blocks_(device_blocks),
-      request_timeout_(seconds_to_duration(config.server.request_timeout_s)) {
+      request_timeout_(seconds_to_duration(config.server.request_timeout_s)),
+      loads_end_in_step_(config.connector.transfer_granularity == TransferGranularity::kLayer) {
   const uint32_t blocks = device_blocks + kScratchChunks * max_blocks_per_chunk(layout);
   arena_ = std::make_unique<SharedKvArena>(layout, blocks, "rank" + std::to_string(rank));
   caches_ = arena_->addresses(device_blocks);
@@ -120,6 +121,15 @@ void RemoteWorkerConnector::start_load(const StepMetadata& metadata) {
     for (auto& part : it->second.parts) part.wait();  // resolves by its deadline (F8)
   }
   for (const TransferJob& t : metadata.loads) submit(t, Direction::kLoad);
+  if (!loads_end_in_step_) return;
+  // The engine computes these loads' requests in this step: their blocks hold the bytes (or the
+  // verdict says they do not) before the forward pass is enqueued.
+  for (const TransferJob& t : metadata.loads) {
+    auto it = jobs_.find(t.job);
+    for (auto& part : it->second.parts) part.wait();  // resolves by its deadline (F8)
+    finish(it->first, it->second);
+    jobs_.erase(it);
+  }
 }
 
 void RemoteWorkerConnector::queue_stores(const StepMetadata& metadata) {

@@ -160,14 +160,22 @@ EngineScheduler::Admission EngineScheduler::admit(Request& r, size_t& budget,
   const size_t usable = (r.tokens.size() - 1) / bs;
   std::vector<uint32_t> hit = blocks_.acquire_cached(std::span(r.block_keys).first(usable));
   const size_t device_tokens = hit.size() * bs;
+  auto give_back = [&] {
+    for (uint32_t b : hit) blocks_.release(b);
+  };
+  // No room for the whole request, whatever the connector would match (a loaded token needs a
+  // block too): the connector is not asked. A lookup of kvtierd's costs a round trip, and the
+  // request at the head of the queue is asked again every step until it fits.
+  const size_t needed = (r.tokens.size() + bs - 1) / bs;
+  if (needed > hit.size() + blocks_.available()) {
+    give_back();
+    return Admission::kNoRoom;
+  }
   Match match;
   if (side_.connector) {
     match = side_.connector->get_num_new_matched_tokens(
         {.id = r.id, .tokens = r.tokens, .num_prompt_tokens = r.prompt}, device_tokens);
   }
-  auto give_back = [&] {
-    for (uint32_t b : hit) blocks_.release(b);
-  };
   if (match.ask_later) {
     give_back();
     return Admission::kAskLater;
