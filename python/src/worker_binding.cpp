@@ -73,7 +73,7 @@ class Worker {
          std::optional<uint32_t> num_blocks, std::optional<uint32_t> host_slots)
       : layout_(config.kv_layout()),
         fault_(host_, fault_plan_from_config(config.faults, rank)),
-        connector_(rank, config.connector.transfer_granularity) {
+        connector_(rank, config.connector.transfer_granularity, config.connector.load_in_step) {
     if (!config.connector.enabled) {
       throw KvError(ErrorCode::kFailedPrecondition,
                     "connector.enabled is false: there is no worker side (run the engine "
@@ -168,9 +168,12 @@ class Worker {
     py::gil_scoped_release release;
     std::lock_guard lock(mu_);
     conn().start_load(meta);
-    if (!remote_ && !meta.flush.empty()) {
+    const bool loads_fenced = connector_.granularity() == TransferGranularity::kRequest &&
+                              connector_.loads_in_step() && !meta.loads.empty();
+    if (!remote_ && (!meta.flush.empty() || loads_fenced)) {
       // The forward pass runs on the host: wait here for what it would wait for on the
-      // compute stream (the flush set's fences, F10).
+      // compute stream (the flush set's fences, F10, and with load_in_step whole-request
+      // loads).
       fault_.record(fence_, compute_);
       fault_.synchronize(fence_);
     }
@@ -282,7 +285,8 @@ class Worker {
       remote_.reset();
       fault_.release_hangs();
       host_.quiesce();
-      connector_ = LocalWorkerConnector(connector_.rank());  // its TransferEngine goes first
+      connector_ = LocalWorkerConnector(connector_.rank(), connector_.granularity(),
+                                        connector_.loads_in_step());  // its engine goes first
       pool_.reset();
       for (void* p : adopted_) host_.release_adopted_memory(p);
       adopted_.clear();

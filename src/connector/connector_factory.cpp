@@ -25,7 +25,9 @@ std::string rank_pool_name(const std::string& host_pool_name, uint32_t rank) {
 class OwningLocalWorker final : public WorkerConnector {
  public:
   OwningLocalWorker(const Config& config, const ConnectorShape& shape, const WorkerSetup& setup)
-      : device_(*setup.device), connector_(setup.rank, config.connector.transfer_granularity) {
+      : device_(*setup.device),
+        connector_(setup.rank, config.connector.transfer_granularity,
+                   config.connector.load_in_step) {
     for (size_t g = 0; g < shape.layout.groups.size(); ++g) {
       Result<size_t> bytes = shape.layout.tensor_bytes(g, setup.device_blocks);
       if (!bytes) {
@@ -156,8 +158,13 @@ SchedulerSide ConnectorFactory::scheduler_side() const {
 }
 
 TransferGranularity ConnectorFactory::granularity() const {
-  return config_.connector.enabled ? config_.connector.transfer_granularity
-                                   : TransferGranularity::kRequest;
+  return config_.connector.enabled && config_.cache.mode == CacheMode::kLocal
+             ? config_.connector.transfer_granularity
+             : TransferGranularity::kRequest;
+}
+
+bool ConnectorFactory::loads_in_step() const {
+  return config_.connector.enabled && config_.connector.load_in_step;
 }
 
 std::unique_ptr<WorkerConnector> ConnectorFactory::worker(const WorkerSetup& setup) const {

@@ -72,7 +72,16 @@ void LocalWorkerConnector::start_load(const StepMetadata& metadata) {
     load_blocks_.emplace(job.job, std::move(blocks));
     if (granularity_ == TransferGranularity::kRequest) submit(job, Direction::kLoad);
   }
-  if (granularity_ == TransferGranularity::kRequest) return;
+  if (granularity_ == TransferGranularity::kRequest) {
+    if (!loads_in_step_ || metadata.loads.empty()) return;
+    std::vector<JobId> loads;
+    for (const TransferJob& job : metadata.loads) loads.push_back(job.job);
+    // F10: the forward pass enqueued next reads the loaded blocks only after their copies ended.
+    if (!engine_->fence_compute(loads) && fail_stop_reason_.empty()) {
+      fail_stop_reason_ = "a load could not be fenced before the forward pass";
+    }
+    return;
+  }
 
   // Layer-wise: every load's layer 0, then every load's layer 1, …: the layers the forward
   // pass needs first land first.

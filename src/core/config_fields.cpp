@@ -123,10 +123,14 @@ const std::vector<Field>& config_fields() {
                         "request's loads complete layer by layer and the engine computes it in "
                         "the same step, waiting for each layer's load before that layer's "
                         "attention; a layer's stores start once the layer is written), or whole "
-                        "requests (a loading request is computed once its whole load ended). "
-                        "With cache.mode server kvtierd moves whole requests either way; layer "
-                        "makes the worker wait for the step's loads before its forward pass, so "
-                        "a loading request is still computed in its load's step."),
+                        "requests (the forward pass waits for the whole load, see load_in_step). "
+                        "cache.mode server always moves whole requests."),
+        connector.field("load_in_step", &ConnectorConfig::load_in_step, boolean(),
+                        "Compute a loading request in the step its load starts: the worker orders "
+                        "the step's loads before the forward pass reads them (layer by layer, or "
+                        "the whole load; kvtierd's worker waits for its RETRIEVEs, each by its "
+                        "deadline). false: a loading request is computed in a step after its "
+                        "load's verdict, so a load that hangs holds only its own request."),
         tiers.field("disk_path", &TiersConfig::disk_path, text(),
                     "Directory of the L2 disk tier; empty for no disk tier. Chunks found there "
                     "are used again after a restart. With several engine cores, each has its own "

@@ -21,17 +21,17 @@ KvLayout test_layout() {
                                      .blocks_per_chunk = 4}}};
 }
 
-// Whole-request transfers that end in a later step (transfer_granularity request) unless a
-// fixture below asks for layer, where start_load waits for its loads.
-Config transfers_per(TransferGranularity granularity) {
+// Loads that end in a later step (connector.load_in_step false) unless a fixture below asks for
+// loads in step, where start_load waits for them.
+Config loads_in_step(bool in_step) {
   Config c;
-  c.connector.transfer_granularity = granularity;
+  c.connector.load_in_step = in_step;
   return c;
 }
 
 class RemoteWorkerConnectorTest : public ::testing::Test {
  protected:
-  explicit RemoteWorkerConnectorTest(Config base = transfers_per(TransferGranularity::kRequest))
+  explicit RemoteWorkerConnectorTest(Config base = loads_in_step(false))
       : layout_(test_layout()),
         kvtierd_(start_kvtierd(layout_.groups[0], unique_endpoint(), /*test_hooks=*/true)),
         connector_(0, layout_, 32, server_mode(std::move(base), kvtierd_->endpoint())) {
@@ -195,12 +195,12 @@ TEST_F(RemoteWorkerConnectorTest, F12_AuditFailsWhileAJobIsInFlightAndWhenKvtier
   EXPECT_EQ(audit.error().code, ErrorCode::kUnavailable) << audit.error().message;
 }
 
-// transfer_granularity layer: the engine computes a loading request in the step its load
-// starts, so start_load returns only once its loads ended.
+// connector.load_in_step: the engine computes a loading request in the step its load starts,
+// so start_load returns only once its loads ended.
 class RemoteWorkerConnectorInStepTest : public RemoteWorkerConnectorTest {
  protected:
   static Config in_step() {
-    Config c = transfers_per(TransferGranularity::kLayer);
+    Config c = loads_in_step(true);
     c.transfer.transfer_deadline_s = 1.0;  // a RETRIEVE waits 1.5 s at most
     c.transfer.completion_margin_s = 0.5;
     return c;

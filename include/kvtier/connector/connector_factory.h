@@ -97,10 +97,13 @@ class ConnectorFactory {
   // once the device drained. std::invalid_argument for a bad setup (no device for a local cache,
   // a rank not below world_size).
   std::unique_ptr<WorkerConnector> worker(const WorkerSetup& setup) const;
-  // connector.transfer_granularity (kRequest when the connector is off). The engine computes a
-  // loading request in its load's step only when this is kLayer: the in-process cache's worker
-  // then loads layer by layer, kvtierd's waits for the step's whole-request loads in start_load.
+  // How the worker sides move KV: connector.transfer_granularity for the in-process cache;
+  // whole requests for kvtierd (its RemoteWorkerConnector does nothing per layer).
   TransferGranularity granularity() const;
+  // connector.load_in_step (false when the connector is off): the workers order each step's
+  // loads before the forward pass reads them, so the engine may compute a loading request in
+  // its load's step (and keeps that step's result only if the load completed, F4).
+  bool loads_in_step() const;
 
  private:
   Config config_;

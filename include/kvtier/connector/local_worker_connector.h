@@ -6,7 +6,9 @@
 // In addition to WorkerConnector's contract:
 // - Whole-request: start_load submits the stores queued last step first: they read KV the
 //   previous forward pass wrote, and the TransferEngine fences them behind that compute (F10);
-//   so this step's stores never delay sampling.
+//   so this step's stores never delay sampling. With loads_in_step it then fences the compute
+//   stream behind the step's loads (F10; one that cannot be fenced makes this rank fail-stop,
+//   F7): the forward pass enqueued next reads their blocks only once the copies ended.
 // - A job's verdict is the TransferEngine's outcome. Layer-wise (TransferGranularity::kLayer),
 //   a job goes to the TransferEngine as one transfer per (group, layer) that it has chunks in
 //   (ChunkTransfer::layer), under ids this connector issues; so the engine's per-direction FIFO
@@ -35,11 +37,15 @@ namespace kvtier {
 
 class LocalWorkerConnector final : public WorkerConnector {
  public:
+  // `loads_in_step`, whole-request: start_load fences the compute stream behind the step's
+  // loads, so the engine may compute a loading request in its load's step.
   explicit LocalWorkerConnector(uint32_t rank,
-                                TransferGranularity granularity = TransferGranularity::kRequest)
-      : rank_(rank), granularity_(granularity) {}
+                                TransferGranularity granularity = TransferGranularity::kRequest,
+                                bool loads_in_step = false)
+      : rank_(rank), granularity_(granularity), loads_in_step_(loads_in_step) {}
 
   TransferGranularity granularity() const { return granularity_; }
+  bool loads_in_step() const { return loads_in_step_; }
 
   uint32_t rank() const override { return rank_; }
   // What register_kv_caches was given (nothing before).
@@ -104,6 +110,7 @@ class LocalWorkerConnector final : public WorkerConnector {
 
   uint32_t rank_;
   TransferGranularity granularity_;
+  bool loads_in_step_;
   KvCacheAddresses caches_;
   size_t groups_ = 0;
   std::vector<uint32_t> layers_;                   // per group

@@ -18,14 +18,13 @@
 //   the load fails (the request recomputes). Scratch of an Unprovable load is never reused (F7).
 // - Loads land before the forward that reads them: copies are done before take_output reports
 //   the verdict.
-// - connector.transfer_granularity layer (the default): kvtierd still moves whole requests, but
-//   start_load returns only once every load it started has its verdict (each RETRIEVE resolves
-//   by its deadline, F8), its scratch copies done. So the engine computes a loading request in
-//   the step its load starts, as with layer-wise transfers, and discards what it computed when
-//   the verdict is not Completed (F4). The price: a kvtierd that stops answering in the middle
-//   of a RETRIEVE holds that step until the deadline. request: start_load only sends the
-//   RETRIEVEs; a loading request is computed in a step after its verdict, and a step never
-//   waits for a load.
+// - connector.load_in_step (the default): start_load returns only once every load it started
+//   has its verdict (each RETRIEVE resolves by its deadline, F8), its scratch copies done. So
+//   the engine computes a loading request in the step its load starts, and discards what it
+//   computed when the verdict is not Completed (F4). The price: a kvtierd that stops answering
+//   in the middle of a RETRIEVE holds that step until the deadline. Without it start_load only
+//   sends the RETRIEVEs; a loading request is computed in a step after its verdict, and a step
+//   never waits for a load.
 // - audit() also asks kvtierd (STATS): its cache audits clean, and it has no transfer of this
 //   rank in flight unless one was Unprovable; kUnavailable when kvtierd does not answer.
 // Not thread-safe: the rank's worker loop calls it (the client has its own I/O thread).
@@ -96,7 +95,7 @@ class RemoteWorkerConnector final : public WorkerConnector {
   KvLayout layout_;
   uint32_t device_blocks_;
   Duration request_timeout_;
-  bool loads_end_in_step_;  // transfer_granularity layer: start_load waits for its loads
+  bool loads_end_in_step_;  // connector.load_in_step: start_load waits for its loads
   std::unique_ptr<SharedKvArena> arena_;
   KvCacheAddresses caches_;  // what the model sees
   KvCacheAddresses all_;     // device blocks and scratch

@@ -24,8 +24,10 @@
 // verdict covers all its layers: it is reported once every layer ended, Completed only when
 // every layer completed; a failed layer fails the job and reports every block of the load, in
 // every group, invalid (F4). An implementation that moves whole requests does nothing in these
-// two calls; its loading requests are computed only after their load's verdict, unless it ends
-// the step's loads inside start_load (RemoteWorkerConnector with transfer_granularity layer).
+// two calls; its loading requests are computed only after their load's verdict, unless
+// (connector.load_in_step) its start_load orders the step's loads before the forward pass:
+// LocalWorkerConnector fences the compute stream behind them, RemoteWorkerConnector waits for
+// them.
 //
 // Contract:
 // - Every job handed to this rank gets exactly one verdict (F1).

@@ -74,6 +74,7 @@ struct ConnectorConfig {
   uint32_t admission_window = 64;
   uint32_t max_store_chunks_in_flight = 64;
   TransferGranularity transfer_granularity = TransferGranularity::kLayer;
+  bool load_in_step = true;  // compute a loading request in its load's step
 
   bool operator==(const ConnectorConfig&) const = default;
 };

@@ -24,7 +24,7 @@ RemoteWorkerConnector::RemoteWorkerConnector(uint32_t rank, const KvLayout& layo
       layout_(layout),
       device_blocks_(device_blocks),
       request_timeout_(seconds_to_duration(config.server.request_timeout_s)),
-      loads_end_in_step_(config.connector.transfer_granularity == TransferGranularity::kLayer) {
+      loads_end_in_step_(config.connector.load_in_step) {
   const uint32_t blocks = device_blocks + kScratchChunks * max_blocks_per_chunk(layout);
   arena_ = std::make_unique<SharedKvArena>(layout, blocks, "rank" + std::to_string(rank));
   caches_ = arena_->addresses(device_blocks);

@@ -35,7 +35,7 @@ EngineScheduler::EngineScheduler(const Config& config, const EngineShape& shape,
   connector.host_pool_name = std::move(host_pool_name);
   const ConnectorFactory factory(config, std::move(connector));
   side_ = factory.scheduler_side();
-  layerwise_ = factory.granularity() == TransferGranularity::kLayer;
+  loads_in_step_ = factory.loads_in_step();
 }
 
 EngineScheduler::~EngineScheduler() = default;
@@ -203,9 +203,9 @@ EngineScheduler::Admission EngineScheduler::admit(Request& r, size_t& budget,
   if (match.tokens > 0) {
     r.state = State::kLoading;
     r.load_from = device_tokens;
-    if (layerwise_) {
-      // Computed in this step from the load's end, each layer after that layer's load; kept
-      // only if the load completes (finish_step).
+    if (loads_in_step_) {
+      // Computed in this step from the load's end, after the load (or each layer after that
+      // layer's load); kept only if the load completes (finish_step).
       r.computes_with_load = true;
       r.num_computed = device_tokens + match.tokens;  // where the step starts; see finish_step
       schedule(r, budget, scheduled, input);

@@ -128,8 +128,8 @@ class Worker {
       // connector's fences (F10): flushed stores finish before it writes; layer L's attention
       // waits for layer L's loads (wait_for_layer_load), and layer L's stores, sent right after
       // it (save_layer), read what it wrote while layer L+1 computes. Whole-request transfers
-      // do nothing per layer: their loading requests are not in the batch, or (kvtierd's,
-      // transfer_granularity layer) their loads ended in start_load.
+      // do nothing per layer: their loading requests are not in the batch, or
+      // (connector.load_in_step) start_load ordered their loads before this pass.
       LayeredForward forward;
       enqueue_forward(fault_, compute_, model_, inputs, shape_.layout, caches_, *collective_,
                       *connector_, forward,

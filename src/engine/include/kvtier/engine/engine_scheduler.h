@@ -165,9 +165,9 @@ class EngineScheduler {
   BlockPool blocks_;
   // The connector's scheduler side (ConnectorFactory); all null when connector.enabled is false.
   SchedulerSide side_;
-  // Layer-wise transfers (ConnectorFactory::granularity): a loading request is computed in its
-  // load's step, its result kept once the load completed.
-  bool layerwise_ = false;
+  // ConnectorFactory::loads_in_step: a loading request is computed in its load's step, its
+  // result kept once the load completed.
+  bool loads_in_step_ = false;
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // admission order
