@@ -156,18 +156,6 @@ Match SchedulerConnector::get_num_new_matched_tokens(const ConnectorRequest& req
   return Match{.tokens = hit_tokens - num_computed};
 }
 
-void SchedulerConnector::look_ahead(const ConnectorRequest& request) {
-  if (fail_stopped() || request.tokens.empty()) return;
-  RequestState& r = state_of(request.id, request.tokens, request.cache_salt);
-  if (r.load || r.stores_in_flight > 0) return;
-  const size_t limit = request.tokens.size() - 1;  // as get_num_new_matched_tokens
-  for (size_t g = 0; g < r.keys.size(); ++g) {
-    const size_t last =
-        std::min(r.keys[g].size(), limit / options_.layout.groups[g].chunk_tokens());
-    if (last > 0) cache_.lookup_ahead(std::span(r.keys[g]).first(last));
-  }
-}
-
 void SchedulerConnector::add_blocks(RequestState& r, const GroupBlocks& blocks,
                                     std::vector<JobId>& flush) {
   if (blocks.size() > r.blocks.size()) {

@@ -34,9 +34,6 @@ class CacheIndex {
   virtual ~CacheIndex() = default;
 
   virtual LookupResult lookup(std::span<const ChunkKey> keys) = 0;
-  // A hint: `keys`, or a part of them from some key on, will probably be looked up soon. An
-  // index whose lookups cost a round trip may start one now and answer that lookup from it.
-  virtual void lookup_ahead(std::span<const ChunkKey> keys) { static_cast<void>(keys); }
   virtual std::optional<StorePlan> prepare_store(std::span<const ChunkKey> keys) = 0;
   virtual void complete_store(std::span<const ChunkKey> keys, Verdict verdict) = 0;
   virtual void quarantine_store(std::span<const ChunkKey> keys) = 0;

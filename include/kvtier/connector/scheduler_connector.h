@@ -150,10 +150,6 @@ class SchedulerConnector {
   // cache's hit) that the host cache holds for every group, leaving at least the last prompt
   // token to compute. ask_later while a chunk it would need is pending or being loaded.
   Match get_num_new_matched_tokens(const ConnectorRequest& request, size_t num_computed);
-  // A hint: the engine will probably ask get_num_new_matched_tokens for `request` in a coming
-  // step. An index whose lookups cost a round trip (kvtierd's) starts it now, while the step
-  // computes, and answers that lookup from it (CacheIndex::lookup_ahead).
-  void look_ahead(const ConnectorRequest& request);
 
   // The engine allocated `blocks` (the request's whole block table so far, per group) and
   // accepts `num_external_tokens` of the last match (0: no load). Creates the load job.

@@ -266,16 +266,7 @@ StepPlan EngineScheduler::plan_step() {
       break;
     }
   }
-  if (side_.connector) {
-    plan.metadata = side_.connector->build_step_metadata(input);
-    // The requests next in line: their lookups (a round trip to kvtierd) start while this step
-    // computes.
-    constexpr size_t kLookAhead = 4;
-    for (size_t i = 0; i < waiting_.size() && i < kLookAhead; ++i) {
-      const Request& r = *waiting_[i];
-      side_.connector->look_ahead({.id = r.id, .tokens = r.tokens, .num_prompt_tokens = r.prompt});
-    }
-  }
+  if (side_.connector) plan.metadata = side_.connector->build_step_metadata(input);
   plan.metadata.step = plan.step;
   for (size_t i = 0; i < scheduled.size(); ++i) {
     Request& r = *scheduled[i];
