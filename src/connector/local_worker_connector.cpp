@@ -75,6 +75,7 @@ void LocalWorkerConnector::start_load(const StepMetadata& metadata) {
   if (granularity_ == TransferGranularity::kRequest) {
     if (!loads_in_step_ || metadata.loads.empty()) return;
     std::vector<JobId> loads;
+    loads.reserve(metadata.loads.size());
     for (const TransferJob& job : metadata.loads) loads.push_back(job.job);
     // F10: the forward pass enqueued next reads the loaded blocks only after their copies ended.
     if (!engine_->fence_compute(loads) && fail_stop_reason_.empty()) {
