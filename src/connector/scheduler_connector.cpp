@@ -156,6 +156,18 @@ Match SchedulerConnector::get_num_new_matched_tokens(const ConnectorRequest& req
   return Match{.tokens = hit_tokens - num_computed};
 }
 
+void SchedulerConnector::look_ahead(const ConnectorRequest& request, size_t num_computed) {
+  if (fail_stopped() || request.tokens.empty()) return;
+  RequestState& r = state_of(request.id, request.tokens, request.cache_salt);
+  const size_t limit = request.tokens.size() - 1;  // as get_num_new_matched_tokens
+  for (size_t g = 0; g < r.keys.size(); ++g) {
+    const size_t chunk = options_.layout.groups[g].chunk_tokens();
+    const size_t first = num_computed / chunk;
+    const size_t last = std::min(r.keys[g].size(), limit / chunk);
+    if (first < last) cache_.lookup_ahead(std::span(r.keys[g]).subspan(first, last - first));
+  }
+}
+
 void SchedulerConnector::add_blocks(RequestState& r, const GroupBlocks& blocks,
                                     std::vector<JobId>& flush) {
   if (blocks.size() > r.blocks.size()) {

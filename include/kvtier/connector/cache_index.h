@@ -34,6 +34,9 @@ class CacheIndex {
   virtual ~CacheIndex() = default;
 
   virtual LookupResult lookup(std::span<const ChunkKey> keys) = 0;
+  // A hint: `keys` will probably be looked up soon. An index with slower tiers below may start
+  // bringing them up now, so that the lookup finds them ready.
+  virtual void lookup_ahead(std::span<const ChunkKey> keys) { static_cast<void>(keys); }
   virtual std::optional<StorePlan> prepare_store(std::span<const ChunkKey> keys) = 0;
   virtual void complete_store(std::span<const ChunkKey> keys, Verdict verdict) = 0;
   virtual void quarantine_store(std::span<const ChunkKey> keys) = 0;

@@ -150,6 +150,11 @@ class SchedulerConnector {
   // cache's hit) that the host cache holds for every group, leaving at least the last prompt
   // token to compute. ask_later while a chunk it would need is pending or being loaded.
   Match get_num_new_matched_tokens(const ConnectorRequest& request, size_t num_computed);
+  // A hint: the engine will ask get_num_new_matched_tokens(request, num_computed) in a coming
+  // step (e.g. the request just arrived and waits for room). An index whose lower tiers hold
+  // the chunks starts bringing them up now (CacheIndex::lookup_ahead), so that lookup finds
+  // them ready instead of answering ask_later and costing the request a step.
+  void look_ahead(const ConnectorRequest& request, size_t num_computed);
 
   // The engine allocated `blocks` (the request's whole block table so far, per group) and
   // accepts `num_external_tokens` of the last match (0: no load). Creates the load job.

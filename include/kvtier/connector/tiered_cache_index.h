@@ -6,7 +6,8 @@
 // - lookup: where the ready prefix stops short and the first miss is not pending, the keys
 //   after it that a tier holds are prefetched and the answer says pending (ask again later),
 //   never counting them as hits; a later lookup finds the verified ones ready. A chunk no tier
-//   could serve intact is freed unpublished (F3) and is a miss from then on.
+//   could serve intact is freed unpublished (F3) and is a miss from then on. lookup_ahead
+//   starts the same prefetches, for a request that has not asked yet.
 // - prepare_store: under write_policy on_evict, the chunks the plan evicts are copied out for
 //   the tiers before the plan's slots are written.
 // - take_events: the stored chunks are copied out for the tiers (on_store), and finished
@@ -34,6 +35,7 @@ class TieredCacheIndex final : public CacheIndex {
   TieredCacheIndex(CacheManager& cache, TierMover& mover) : cache_(cache), mover_(mover) {}
 
   LookupResult lookup(std::span<const ChunkKey> keys) override;
+  void lookup_ahead(std::span<const ChunkKey> keys) override { static_cast<void>(lookup(keys)); }
   std::optional<StorePlan> prepare_store(std::span<const ChunkKey> keys) override;
   void complete_store(std::span<const ChunkKey> keys, Verdict verdict) override {
     cache_.complete_store(keys, verdict);

@@ -21,6 +21,12 @@ std::vector<uint32_t> BlockPool::acquire_cached(std::span<const ChunkKey> keys) 
   return blocks;
 }
 
+size_t BlockPool::cached_prefix(std::span<const ChunkKey> keys) const {
+  size_t n = 0;
+  while (n < keys.size() && by_key_.contains(keys[n])) ++n;
+  return n;
+}
+
 std::optional<uint32_t> BlockPool::allocate() {
   uint32_t b;
   if (!free_.empty()) {

@@ -70,6 +70,15 @@ std::optional<RequestUpdate> EngineScheduler::add(std::string id, std::vector<To
   r->prompt = prompt.size();
   r->tokens = std::move(prompt);
   r->max_tokens = max_tokens;
+  if (side_.connector) {
+    // While the step in flight computes, a lower tier can bring up what the device lacks.
+    extend_block_keys(*r);
+    const size_t usable = (r->tokens.size() - 1) / config_.layout.block_size;
+    const size_t device_tokens =
+        blocks_.cached_prefix(std::span(r->block_keys).first(usable)) * config_.layout.block_size;
+    side_.connector->look_ahead({.id = r->id, .tokens = r->tokens, .num_prompt_tokens = r->prompt},
+                                device_tokens);
+  }
   waiting_.push_back(r.get());
   requests_.emplace(std::move(id), std::move(r));
   return std::nullopt;

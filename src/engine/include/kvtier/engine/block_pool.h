@@ -28,6 +28,8 @@ class BlockPool {
 
   // The leading `keys` cached on the device, each now held once more.
   std::vector<uint32_t> acquire_cached(std::span<const ChunkKey> keys);
+  // How many leading `keys` are cached on the device now (nothing is held).
+  size_t cached_prefix(std::span<const ChunkKey> keys) const;
   // A free block, evicting the least recently released cached one if need be; nullopt when
   // every block is held.
   std::optional<uint32_t> allocate();
