@@ -165,6 +165,32 @@ TEST_F(RemoteCacheIndexTest, F12_AuditFailsWhenKvtierdStillHoldsALockTheIndexRel
       << audit.error().message;
 }
 
+TEST_F(RemoteCacheIndexTest, ALookupSentAheadAnswersTheLookupOfItsKeysOrOfTheirTail) {
+  const ChunkKey missing{.lo = 5, .hi = 6};
+  store_rank0_share(key_);
+  const std::vector<ChunkKey> keys = {key_, missing};
+  index_.lookup_ahead(keys);
+  const LookupResult whole = index_.lookup(keys);
+  EXPECT_EQ(whole.hit_chunks, 1u);
+  EXPECT_EQ(index_.lookups_answered_ahead(), 1u) << "the reply of the LOOKUP sent ahead";
+  EXPECT_EQ(index_.lookup(keys).hit_chunks, 1u);
+  EXPECT_EQ(index_.lookups_answered_ahead(), 1u) << "a reply answers one lookup";
+
+  // The tail from key 1 on (the device holds chunk 0), answered by the reply sent ahead.
+  const ChunkKey second{.lo = 7, .hi = 8};
+  store_rank0_share(second);
+  const std::vector<ChunkKey> three = {key_, second, missing};
+  index_.lookup_ahead(three);
+  EXPECT_EQ(index_.lookup(std::span(three).subspan(1)).hit_chunks, 1u);
+  EXPECT_EQ(index_.lookups_answered_ahead(), 2u);
+  // Past the first miss the reply says nothing: the lookup asks kvtierd itself.
+  index_.lookup_ahead(keys);
+  EXPECT_EQ(index_.lookup(std::span(keys).subspan(1)).hit_chunks, 0u);
+  EXPECT_EQ(index_.lookups_answered_ahead(), 2u);
+  const Status audit = index_.audit();
+  EXPECT_TRUE(audit) << audit.error().message;
+}
+
 TEST_F(RemoteCacheIndexTest, ALoadOfAChunkKvtierdDoesNotHoldPinsNothing) {
   const ChunkKey missing{.lo = 1, .hi = 2};
   store_rank0_share(key_);

@@ -34,8 +34,9 @@ class CacheIndex {
   virtual ~CacheIndex() = default;
 
   virtual LookupResult lookup(std::span<const ChunkKey> keys) = 0;
-  // A hint: `keys` will probably be looked up soon. An index with slower tiers below may start
-  // bringing them up now, so that the lookup finds them ready.
+  // A hint: `keys`, or their tail from some key on, will probably be looked up soon. An index
+  // with slower tiers below may start bringing them up now, so that the lookup finds them ready;
+  // one whose lookups cost a round trip may send it now and answer that lookup from its reply.
   virtual void lookup_ahead(std::span<const ChunkKey> keys) { static_cast<void>(keys); }
   virtual std::optional<StorePlan> prepare_store(std::span<const ChunkKey> keys) = 0;
   virtual void complete_store(std::span<const ChunkKey> keys, Verdict verdict) = 0;

@@ -29,6 +29,11 @@
 //   min(server.request_timeout_s, server.heartbeat_interval_s) and, when that passes, lookups
 //   miss and loads fail for as long again (the client turns DEGRADED meanwhile if the server is
 //   hung). A lock whose LOOKUP was answered too late is released when its reply arrives.
+// - lookup_ahead sends the LOOKUP (no lock) now; a lookup of those keys, or of the part of them
+//   from some key on, within kLookAheadAge takes its reply instead of a round trip of its own
+//   (waiting for it as long as for its own). So the reply may be that old: a chunk stored
+//   since then is missed once, and one evicted since then fails prepare_load, which finds it
+//   gone (the request recomputes). Each reply answers one lookup.
 // Not thread-safe (the connector's thread); the client has its own I/O thread.
 #pragma once
 
@@ -54,6 +59,7 @@ class RemoteCacheIndex final : public CacheIndex {
   ~RemoteCacheIndex() override;
 
   LookupResult lookup(std::span<const ChunkKey> keys) override;
+  void lookup_ahead(std::span<const ChunkKey> keys) override;
   std::optional<StorePlan> prepare_store(std::span<const ChunkKey> keys) override;
   void complete_store(std::span<const ChunkKey> keys, Verdict verdict) override;
   void quarantine_store(std::span<const ChunkKey> keys) override;
@@ -69,6 +75,9 @@ class RemoteCacheIndex final : public CacheIndex {
 
   // Read-locked keys this index holds in kvtierd for loads (every rank's shares).
   size_t pinned_keys() const { return pinned_keys_; }
+  // Lookups answered by a LOOKUP that lookup_ahead sent.
+  uint64_t lookups_answered_ahead() const { return answered_ahead_; }
+  static constexpr Duration kLookAheadAge = std::chrono::seconds(1);
   // Tests: a kvtierd test hook (the server runs with `--test-hooks`) sent with every RELEASE.
   void set_release_hook(server::TestHook hook) { release_hook_ = hook; }
 
@@ -78,11 +87,19 @@ class RemoteCacheIndex final : public CacheIndex {
     std::vector<uint64_t> locks;  // one per rank
   };
   using LookupFuture = std::future<Result<server::LookupReply>>;
+  struct Ahead {
+    std::vector<ChunkKey> keys;
+    std::vector<LookupFuture> replies;  // one per rank
+    TimePoint sent{};
+  };
 
   bool usable() const;  // the client is OK and no LOOKUP timed out just now
   // A LOOKUP of every rank's shares of `keys`; nullopt when one failed or timed out.
   std::optional<std::vector<server::LookupReply>> lookup_ranks(std::span<const ChunkKey> keys,
                                                                Duration lock_for);
+  std::vector<LookupFuture> send_lookups(std::span<const ChunkKey> keys, Duration lock_for);
+  std::optional<std::vector<server::LookupReply>> collect(std::vector<LookupFuture> replies,
+                                                          Duration lock_for);
   void release(uint64_t lock) const;
   // Releases the locks of late LOOKUP replies; with `wait`, waits for every reply first (each
   // resolves by its deadline).
@@ -98,8 +115,10 @@ class RemoteCacheIndex final : public CacheIndex {
   std::unique_ptr<server::CacheClient> client_;  // destroyed (and unregistered) before arena_
   TimePoint backoff_until_{};                    // lookups miss until then: one timed out
   std::vector<Pin> pins_;                        // loads in flight
-  size_t pinned_keys_ = 0;                       // locked keys of pins_
-  size_t quarantined_keys_ = 0;                  // locked keys of quarantined loads (F7)
+  std::vector<Ahead> ahead_;                     // lookup_ahead's LOOKUPs, oldest first
+  uint64_t answered_ahead_ = 0;
+  size_t pinned_keys_ = 0;       // locked keys of pins_
+  size_t quarantined_keys_ = 0;  // locked keys of quarantined loads (F7)
   std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> storing_;  // stores in flight
   size_t quarantined_stores_ = 0;
   std::vector<CacheEvent> events_;

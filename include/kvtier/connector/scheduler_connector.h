@@ -153,7 +153,9 @@ class SchedulerConnector {
   // A hint: the engine will ask get_num_new_matched_tokens(request, num_computed) in a coming
   // step (e.g. the request just arrived and waits for room). An index whose lower tiers hold
   // the chunks starts bringing them up now (CacheIndex::lookup_ahead), so that lookup finds
-  // them ready instead of answering ask_later and costing the request a step.
+  // them ready instead of answering ask_later and costing the request a step; kvtierd's index
+  // sends the LOOKUP now, while the step in flight computes, so the lookup costs the planning
+  // of the step no round trip.
   void look_ahead(const ConnectorRequest& request, size_t num_computed);
 
   // The engine allocated `blocks` (the request's whole block table so far, per group) and

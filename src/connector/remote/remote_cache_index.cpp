@@ -43,7 +43,7 @@ bool RemoteCacheIndex::usable() const {
          SteadyClock::instance().now() >= backoff_until_;
 }
 
-std::optional<std::vector<server::LookupReply>> RemoteCacheIndex::lookup_ranks(
+std::vector<RemoteCacheIndex::LookupFuture> RemoteCacheIndex::send_lookups(
     std::span<const ChunkKey> keys, Duration lock_for) {
   std::vector<LookupFuture> replies;
   for (uint32_t r = 0; r < world_size_; ++r) {
@@ -52,6 +52,16 @@ std::optional<std::vector<server::LookupReply>> RemoteCacheIndex::lookup_ranks(
     for (const ChunkKey& k : keys) shares.push_back(rank_key(k, r));
     replies.push_back(client_->lookup(std::move(shares), lock_for));
   }
+  return replies;
+}
+
+std::optional<std::vector<server::LookupReply>> RemoteCacheIndex::lookup_ranks(
+    std::span<const ChunkKey> keys, Duration lock_for) {
+  return collect(send_lookups(keys, lock_for), lock_for);
+}
+
+std::optional<std::vector<server::LookupReply>> RemoteCacheIndex::collect(
+    std::vector<LookupFuture> replies, Duration lock_for) {
   // The scheduler loop waits at most lookup_wait_ (not the client's request timeout): a server
   // that stopped answering must not stall the loop's heartbeats (H6).
   const TimePoint deadline = SteadyClock::instance().now() + lookup_wait_;
@@ -85,10 +95,48 @@ std::optional<std::vector<server::LookupReply>> RemoteCacheIndex::lookup_ranks(
   return std::nullopt;
 }
 
+void RemoteCacheIndex::lookup_ahead(std::span<const ChunkKey> keys) {
+  if (keys.empty() || !usable()) return;
+  const TimePoint now = SteadyClock::instance().now();
+  std::erase_if(ahead_, [&](const Ahead& a) { return now - a.sent > kLookAheadAge; });
+  const bool asked =
+      std::ranges::any_of(ahead_, [&](const Ahead& a) { return std::ranges::equal(a.keys, keys); });
+  if (asked) return;
+  constexpr size_t kMostAhead = 64;  // requests that arrive in one step
+  if (ahead_.size() >= kMostAhead) ahead_.erase(ahead_.begin());
+  ahead_.push_back(Ahead{.keys = std::vector<ChunkKey>(keys.begin(), keys.end()),
+                         .replies = send_lookups(keys, Duration::zero()),
+                         .sent = now});
+}
+
 LookupResult RemoteCacheIndex::lookup(std::span<const ChunkKey> keys) {
   reap(false);
   if (keys.empty() || !usable()) return {};
-  const auto answers = lookup_ranks(keys, Duration::zero());
+  // A LOOKUP sent ahead for these keys, or for keys these are the tail of: `skip` keys before.
+  size_t skip = 0;
+  auto ahead = std::ranges::find_if(ahead_, [&](const Ahead& a) {
+    auto at = std::ranges::find(a.keys, keys.front());
+    skip = static_cast<size_t>(at - a.keys.begin());
+    return at != a.keys.end() && a.keys.size() - skip == keys.size() &&
+           std::ranges::equal(std::span(a.keys).subspan(skip), keys);
+  });
+  std::optional<std::vector<server::LookupReply>> answers;
+  if (ahead != ahead_.end() && SteadyClock::instance().now() - ahead->sent <= kLookAheadAge) {
+    std::vector<LookupFuture> replies = std::move(ahead->replies);
+    ahead_.erase(ahead);
+    answers = collect(std::move(replies), Duration::zero());
+    // Its hits count from the first key it asked for; past its first miss it says nothing.
+    if (answers && (skip == 0 ||
+                    std::ranges::all_of(*answers, [&](const auto& a) { return a.hits > skip; }))) {
+      ++answered_ahead_;
+      for (auto& a : *answers) a.hits = std::min<uint64_t>(a.hits - skip, keys.size());
+    } else if (answers) {
+      answers = lookup_ranks(keys, Duration::zero());
+    }
+  } else {
+    if (ahead != ahead_.end()) ahead_.erase(ahead);
+    answers = lookup_ranks(keys, Duration::zero());
+  }
   if (!answers) return {};
   LookupResult out{.hit_chunks = keys.size()};
   for (const auto& a : *answers) out.hit_chunks = std::min(out.hit_chunks, a.hits);
