@@ -33,7 +33,7 @@ Scenario long_doc_qa(size_t concurrency, const ScenarioSizes& s, std::mt19937_64
   Scenario out{.name = "long-doc-qa"};
   const size_t documents = std::max<size_t>(4, 2 * concurrency);  // as users, above
   for (size_t d = 0; d < documents; ++d) {
-    const std::string document = filler_text(rng, s.document_tokens);
+    const std::string document = filler_text(rng, s.long_doc_tokens);
     for (int q = 0; q < 4; ++q) out.requests.push_back({.prompt = document + question(rng, s)});
   }
   std::shuffle(out.requests.begin(), out.requests.end(), rng);

@@ -10,6 +10,9 @@
 //   question (the shared history grows). Sent round by round over all users, as LMCache's
 //   multi-round QA benchmark does.
 // - long-doc-qa: max(4, 2 × concurrency) long documents, each asked 4 questions, in shuffled order.
+//   Its documents are twice multi-round-qa's by default: long beside the engine's step budget
+//   (engine.max_batched_tokens, 2048), as the field's long-document benchmarks are (10,000 to
+//   20,000 tokens), yet short enough for a bench of minutes on a CPU.
 // - no-reuse: 2 × concurrency (at least 16) prompts that share nothing: the cost of offloading
 //   when nothing can be reused.
 // - system-prompt: 2 × concurrency (at least 16) users' questions behind one long system prompt.
@@ -39,7 +42,8 @@ struct Scenario {
 
 // Sizes of the scenarios' pieces, in tokens (the reference model's tokens are bytes).
 struct ScenarioSizes {
-  size_t document_tokens = 2048;  // multi-round-qa's documents, long-doc-qa's documents
+  size_t document_tokens = 2048;  // multi-round-qa's documents, the layerwise case's
+  size_t long_doc_tokens = 4096;  // long-doc-qa's documents
   size_t question_tokens = 64;
   size_t answer_tokens = 16;           // also max_tokens
   uint32_t rounds = 3;                 // multi-round-qa

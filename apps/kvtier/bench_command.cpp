@@ -113,7 +113,11 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember(bench::workload_cache_modes()));
   workload
       ->add_option("--document-tokens", work->sizes.document_tokens,
-                   "Tokens of each document (multi-round-qa, long-doc-qa; default 2048)")
+                   "Tokens of each document (multi-round-qa, layerwise; default 2048)")
+      ->check(CLI::Range(64, 65536));
+  workload
+      ->add_option("--long-doc-tokens", work->sizes.long_doc_tokens,
+                   "Tokens of each document of long-doc-qa (default 4096)")
       ->check(CLI::Range(64, 65536));
   workload
       ->add_option("--system-prompt-tokens", work->sizes.system_prompt_tokens,
