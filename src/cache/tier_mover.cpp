@@ -236,60 +236,83 @@ size_t TierMover::prefetch(std::span<const ChunkKey> keys) {
 
 void TierMover::prefetch_loop() {
   for (;;) {
-    PrefetchJob job;
+    std::vector<PrefetchJob> jobs;
     {
       std::unique_lock lock(mutex_);
       work_cv_.wait(lock, [&] { return stopping_ || !prefetch_queue_.empty(); });
       if (stopping_) return;
-      job = std::move(prefetch_queue_.front());
-      prefetch_queue_.pop_front();
+      // The queued jobs at once, up to kPrefetchBatchBytes (at least one): their reads are in
+      // flight together (requests that arrived in one step each queued one), not one job's
+      // after another's, and one tier call stays well inside its timeout.
+      size_t bytes = 0;
+      while (!prefetch_queue_.empty() &&
+             (jobs.empty() ||
+              bytes + prefetch_queue_.front().keys.size() * chunk_bytes() <= kPrefetchBatchBytes)) {
+        bytes += prefetch_queue_.front().keys.size() * chunk_bytes();
+        jobs.push_back(std::move(prefetch_queue_.front()));
+        prefetch_queue_.pop_front();
+      }
       prefetching_ = true;
     }
-    fill(job);
+    fill(jobs);
     {
       std::lock_guard lock(mutex_);
-      prefetched_.push_back(std::move(job));
+      for (PrefetchJob& job : jobs) prefetched_.push_back(std::move(job));
       prefetching_ = false;
     }
     idle_cv_.notify_all();
   }
 }
 
-void TierMover::fill(PrefetchJob& job) {
+void TierMover::fill(std::vector<PrefetchJob>& jobs) {
   // One pool: the tiers read straight into the slots. Several: into staging memory, and a
   // verified chunk is split into its pools' slots.
   const size_t slot_bytes = cache_.slot_bytes();
-  std::vector<std::byte> staging(pools_.size() > 1 ? job.keys.size() * chunk_bytes() : 0);
-  auto chunk_of = [&](size_t i) -> std::span<std::byte> {
-    if (pools_.size() == 1) return {pools_[0]->slot_ptr(job.slots[i]), slot_bytes};
-    return std::span(staging).subspan(i * chunk_bytes(), chunk_bytes());
+  struct Chunk {
+    PrefetchJob* job;
+    size_t index;  // in job->keys
   };
+  std::vector<Chunk> chunks;
+  for (PrefetchJob& job : jobs) {
+    for (size_t i = 0; i < job.keys.size(); ++i) chunks.push_back({&job, i});
+  }
+  std::vector<std::byte> staging(pools_.size() > 1 ? chunks.size() * chunk_bytes() : 0);
+  auto chunk_of = [&](size_t c) -> std::span<std::byte> {
+    if (pools_.size() == 1) {
+      return {pools_[0]->slot_ptr(chunks[c].job->slots[chunks[c].index]), slot_bytes};
+    }
+    return std::span(staging).subspan(c * chunk_bytes(), chunk_bytes());
+  };
+  auto filled = [&](size_t c) { return chunks[c].job->filled[chunks[c].index]; };
   for (MoverTier& t : tiers_) {
     std::vector<size_t> missing;
-    for (size_t i = 0; i < job.keys.size(); ++i) {
-      if (!job.filled[i]) missing.push_back(i);
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      if (!filled(c)) missing.push_back(c);
     }
     if (missing.empty()) break;
     std::vector<ChunkKey> keys;
     std::vector<std::span<std::byte>> dst;
-    for (size_t i : missing) {
-      keys.push_back(job.keys[i]);
-      dst.push_back(chunk_of(i));
+    for (size_t c : missing) {
+      keys.push_back(chunks[c].job->keys[chunks[c].index]);
+      dst.push_back(chunk_of(c));
     }
     Result<std::vector<ChunkStatus>> result = t.tier->get(keys, dst, t.timeout);
     if (!result) continue;  // DOWN or failed: try the next tier
     // Only a verified chunk counts; a corrupt one left unspecified bytes that the next tier
     // overwrites, or that stay unpublished (F3).
     for (size_t j = 0; j < missing.size(); ++j) {
-      if ((*result)[j] == ChunkStatus::kOk) job.filled[missing[j]] = true;
+      if ((*result)[j] == ChunkStatus::kOk) {
+        chunks[missing[j]].job->filled[chunks[missing[j]].index] = true;
+      }
     }
   }
   if (pools_.size() == 1) return;
-  for (size_t i = 0; i < job.keys.size(); ++i) {
-    if (!job.filled[i]) continue;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    if (!filled(c)) continue;
+    const SlotId slot = chunks[c].job->slots[chunks[c].index];
     for (size_t p = 0; p < pools_.size(); ++p) {
-      std::memcpy(pools_[p]->slot_ptr(job.slots[i]),
-                  staging.data() + i * chunk_bytes() + p * slot_bytes, slot_bytes);
+      std::memcpy(pools_[p]->slot_ptr(slot), staging.data() + c * chunk_bytes() + p * slot_bytes,
+                  slot_bytes);
     }
   }
 }

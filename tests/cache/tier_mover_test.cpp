@@ -246,6 +246,30 @@ TEST(TierMover, PrefetchMakesKeysPendingThenPublishesThem) {
   EXPECT_EQ(rig.mover->counters().prefetch_succeeded, 4u);
 }
 
+TEST(TierMover, PrefetchesQueuedWhileOneIsReadAreReadTogetherInOneCall) {
+  FakeTier* fake = nullptr;
+  std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});
+  Rig rig(8, std::move(tiers));
+  for (uint64_t id = 0; id < 6; ++id) fake->insert(key(id), pattern(id));
+  {
+    struct HeldGets {
+      explicit HeldGets(FakeTier* fake) : fake(fake) { fake->hold_gets(true); }
+      ~HeldGets() { fake->hold_gets(false); }
+      FakeTier* fake;
+    } held(fake);
+    ASSERT_EQ(rig.mover->prefetch(key_range(0, 2)), 2u);
+    ASSERT_TRUE(fake->wait_blocked_in_get(kIdle));
+    // Two requests arrive while the first one's chunks are being read.
+    ASSERT_EQ(rig.mover->prefetch(key_range(2, 2)), 2u);
+    ASSERT_EQ(rig.mover->prefetch(key_range(4, 2)), 2u);
+  }
+  ASSERT_TRUE(rig.mover->wait_idle(kIdle));
+  EXPECT_EQ(rig.mover->poll(), 6u);
+  EXPECT_EQ(fake->get_sizes(), (std::vector<size_t>{2, 4}))
+      << "the two queued prefetches' reads go in one call, in flight together";
+  for (uint64_t id = 0; id < 6; ++id) EXPECT_TRUE(rig.host_has_pattern(id)) << id;
+}
+
 TEST(TierMover, PrefetchTakesEachChunkFromTheFirstTierThatHasIt) {
   FakeTier* upper = nullptr;
   FakeTier* lower = nullptr;

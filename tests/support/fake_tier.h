@@ -38,6 +38,23 @@ class FakeTier final : public Tier {
     std::unique_lock lock(mutex_);
     return cv_.wait_for(lock, timeout, [&] { return blocked_in_put_ > 0; });
   }
+  // While set, get() blocks until released; wait_blocked_in_get() tells when a get waits there.
+  void hold_gets(bool hold) {
+    {
+      std::lock_guard lock(mutex_);
+      hold_gets_ = hold;
+    }
+    cv_.notify_all();
+  }
+  bool wait_blocked_in_get(Duration timeout) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, timeout, [&] { return blocked_in_get_ > 0; });
+  }
+  // How many keys each get() asked for, in call order.
+  std::vector<size_t> get_sizes() const {
+    std::lock_guard lock(mutex_);
+    return get_sizes_;
+  }
   // Stores bytes directly (as if another engine had written them).
   void insert(const ChunkKey& key, std::vector<std::byte> bytes) {
     std::lock_guard lock(mutex_);
@@ -107,7 +124,12 @@ class FakeTier final : public Tier {
   Result<std::vector<ChunkStatus>> do_get(std::span<const ChunkKey> keys,
                                           std::span<const std::span<std::byte>> dst,
                                           Duration) override {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    ++blocked_in_get_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !hold_gets_; });
+    --blocked_in_get_;
+    get_sizes_.push_back(keys.size());
     if (unreachable_) return make_error(ErrorCode::kUnavailable, name_ + " unreachable");
     std::vector<ChunkStatus> out;
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -151,6 +173,9 @@ class FakeTier final : public Tier {
   bool unreachable_ = false;
   bool hold_puts_ = false;
   int blocked_in_put_ = 0;
+  bool hold_gets_ = false;
+  int blocked_in_get_ = 0;
+  std::vector<size_t> get_sizes_;
   int pings_ = 0;
   std::vector<DownPart> down_parts_;
   std::vector<ChunkKey> down_keys_;

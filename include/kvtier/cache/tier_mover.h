@@ -26,8 +26,10 @@
 // prefetch failed is not fetched again until the host pool stores it. prefetch(keys) reserves host
 // slots with prepare_store, so the keys are pending in the CacheManager (a lookup says "ask again
 // later"), and a background thread fills each slot from the first tier that returns a verified
-// chunk. poll() then completes the store: kSucceeded for filled keys, kFailed for keys no tier
-// could serve intact (missing, corrupt, tier down): F3, such a slot is freed and never published.
+// chunk; the prefetches queued while it reads are read next, together in one call per tier
+// (up to kPrefetchBatchBytes), so that the requests of one step wait for one read. poll() then
+// completes the store: kSucceeded for filled keys, kFailed for keys no tier could serve intact
+// (missing, corrupt, tier down): F3, such a slot is freed and never published.
 //
 // Health. A tier that errors or times out is DOWN (health_checked_tier.h); a tier with parts
 // down (a Redis Cluster's masters) is DEGRADED and serves the other parts' keys.
@@ -179,12 +181,14 @@ class TierMover {
     std::vector<bool> filled;
   };
 
+  static constexpr size_t kPrefetchBatchBytes = size_t{64} << 20;  // one fill's reads at most
+
   size_t chunk_bytes() const { return cache_.slot_bytes() * pools_.size(); }
   bool enqueue_write(const ChunkKey& key, SlotId slot);
   void writer_loop();
   void write_batch(std::vector<WriteEntry>& batch);
   void prefetch_loop();
-  void fill(PrefetchJob& job);
+  void fill(std::vector<PrefetchJob>& jobs);
   void complete(PrefetchJob& job);
   bool idle_locked() const;
 
