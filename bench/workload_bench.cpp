@@ -116,6 +116,7 @@ nlohmann::ordered_json cell_row(const std::string& name, size_t c, const std::st
       {"bytes_stored", run.counters.stored_chunks * static_cast<double>(chunk_bytes)},
       {"stores_deferred", run.counters.stores_deferred},
       {"stores_not_admitted", run.counters.stores_not_admitted},
+      {"lookups_deferred", run.counters.lookups_deferred},
       {"wall_s", run.wall_s}};
   for (const auto& [counter, value] : run.counters.mover) row["tier_" + counter] = value;
   if (errors > 0) row["failures"] = run.failures;

@@ -59,7 +59,8 @@ Counters counters_of(const ServeInstance& serve, const std::string& cache) {
       .loaded_tokens = metric_sum(m.body, "kvtier_core_kvtier_loaded_tokens_total"),
       .stored_chunks = metric_sum(m.body, "kvtier_core_kvtier_host_stores_succeeded_total"),
       .stores_deferred = metric_sum(m.body, "kvtier_core_kvtier_stores_deferred_total"),
-      .stores_not_admitted = metric_sum(m.body, "kvtier_core_kvtier_stores_not_admitted_total")};
+      .stores_not_admitted = metric_sum(m.body, "kvtier_core_kvtier_stores_not_admitted_total"),
+      .lookups_deferred = metric_sum(m.body, "kvtier_core_kvtier_deferred_lookups_total")};
   if (cache == "disk") {
     for (const char* name : kMoverCounters) {
       c.mover[name] = metric_sum(m.body, std::string("kvtier_core_kvtier_tier_") + name + "_total");

@@ -45,6 +45,7 @@ struct Counters {
   double stored_chunks = 0;
   double stores_deferred = 0;      // chunk stores put off because the store direction was behind
   double stores_not_admitted = 0;  // chunks the admission policy did not store
+  double lookups_deferred = 0;     // lookups answered "ask again later" (chunks on their way)
   std::map<std::string, double> mover;  // the tier mover's counters (cache disk)
 
   Counters operator-(const Counters& o) const {
@@ -55,6 +56,7 @@ struct Counters {
                stored_chunks - o.stored_chunks,
                stores_deferred - o.stores_deferred,
                stores_not_admitted - o.stores_not_admitted,
+               lookups_deferred - o.lookups_deferred,
                mover};
     for (auto& [name, value] : d.mover) {
       const auto it = o.mover.find(name);
