@@ -25,31 +25,12 @@ class FakeTier final : public Tier {
     std::lock_guard lock(mutex_);
     unreachable_ = down;
   }
-  // While set, put() blocks until released (a slow tier); blocked_in_put() tells when a put
-  // is waiting there.
-  void hold_puts(bool hold) {
-    {
-      std::lock_guard lock(mutex_);
-      hold_puts_ = hold;
-    }
-    cv_.notify_all();
-  }
-  bool wait_blocked_in_put(Duration timeout) {
-    std::unique_lock lock(mutex_);
-    return cv_.wait_for(lock, timeout, [&] { return blocked_in_put_ > 0; });
-  }
-  // While set, get() blocks until released; wait_blocked_in_get() tells when a get waits there.
-  void hold_gets(bool hold) {
-    {
-      std::lock_guard lock(mutex_);
-      hold_gets_ = hold;
-    }
-    cv_.notify_all();
-  }
-  bool wait_blocked_in_get(Duration timeout) {
-    std::unique_lock lock(mutex_);
-    return cv_.wait_for(lock, timeout, [&] { return blocked_in_get_ > 0; });
-  }
+  // While set, put() (get()) blocks until released (a slow tier); wait_blocked_in_put()
+  // (wait_blocked_in_get()) tells when one is waiting there.
+  void hold_puts(bool hold) { set_held(puts_, hold); }
+  bool wait_blocked_in_put(Duration timeout) { return wait_blocked(puts_, timeout); }
+  void hold_gets(bool hold) { set_held(gets_, hold); }
+  bool wait_blocked_in_get(Duration timeout) { return wait_blocked(gets_, timeout); }
   // How many keys each get() asked for, in call order.
   std::vector<size_t> get_sizes() const {
     std::lock_guard lock(mutex_);
@@ -105,10 +86,7 @@ class FakeTier final : public Tier {
                                           std::span<const std::span<const std::byte>> chunks,
                                           Duration) override {
     std::unique_lock lock(mutex_);
-    ++blocked_in_put_;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return !hold_puts_; });
-    --blocked_in_put_;
+    pass(puts_, lock);
     if (unreachable_) return make_error(ErrorCode::kUnavailable, name_ + " unreachable");
     std::vector<ChunkStatus> out;
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -125,10 +103,7 @@ class FakeTier final : public Tier {
                                           std::span<const std::span<std::byte>> dst,
                                           Duration) override {
     std::unique_lock lock(mutex_);
-    ++blocked_in_get_;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return !hold_gets_; });
-    --blocked_in_get_;
+    pass(gets_, lock);
     get_sizes_.push_back(keys.size());
     if (unreachable_) return make_error(ErrorCode::kUnavailable, name_ + " unreachable");
     std::vector<ChunkStatus> out;
@@ -162,6 +137,27 @@ class FakeTier final : public Tier {
   }
 
  private:
+  struct Hold {
+    bool held = false;
+    int blocked = 0;  // calls waiting for the release
+  };
+  void set_held(Hold& h, bool held) {
+    {
+      std::lock_guard lock(mutex_);
+      h.held = held;
+    }
+    cv_.notify_all();
+  }
+  bool wait_blocked(const Hold& h, Duration timeout) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, timeout, [&] { return h.blocked > 0; });
+  }
+  void pass(Hold& h, std::unique_lock<std::mutex>& lock) {  // a call waits while h is held
+    ++h.blocked;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !h.held; });
+    --h.blocked;
+  }
   bool on_down_part(const ChunkKey& key) const {  // mutex held
     return std::ranges::find(down_keys_, key) != down_keys_.end();
   }
@@ -171,10 +167,8 @@ class FakeTier final : public Tier {
   std::condition_variable cv_;
   std::map<ChunkKey, std::vector<std::byte>> chunks_;
   bool unreachable_ = false;
-  bool hold_puts_ = false;
-  int blocked_in_put_ = 0;
-  bool hold_gets_ = false;
-  int blocked_in_get_ = 0;
+  Hold puts_;
+  Hold gets_;
   std::vector<size_t> get_sizes_;
   int pings_ = 0;
   std::vector<DownPart> down_parts_;
