@@ -31,7 +31,7 @@ constexpr size_t kChunksPerRequest = 8;
 constexpr size_t kWindow = 32;  // STORE/RETRIEVE requests in flight (kvtierd allows 64)
 // LOOKUPs in flight on one client (the socket loop answers them at once: no server limit
 // applies); the kvtierd side of a lookup row is the best of these, as Redis's is of its shapes.
-constexpr size_t kLookupWindows[] = {32, 128, 512};
+constexpr size_t kLookupWindows[] = {32, 128, 512, 2048};
 
 // A model shape whose block is 256 KiB over 4 layers (64 KiB per layer-block); the chunk size
 // is set by blocks_per_chunk.
@@ -84,6 +84,17 @@ std::vector<ChunkKey> chunk_keys_of(uint64_t round, uint32_t first, uint32_t n) 
   return keys;
 }
 
+// The keys of a LOOKUP of n chunks from `first` on, wrapping around the round's num_chunks: a
+// LOOKUP has its n keys whatever the chunk size (a pool of large chunks holds fewer than 64).
+std::vector<ChunkKey> lookup_keys_of(uint64_t round, uint32_t first, size_t n,
+                                     uint32_t num_chunks) {
+  std::vector<ChunkKey> keys;
+  keys.reserve(n);
+  for (size_t j = 0; j < n; ++j)
+    keys.push_back(ChunkKey{.lo = (first + j) % num_chunks, .hi = round});
+  return keys;
+}
+
 // kvtierd: every chunk in requests of kChunksPerRequest, kWindow requests in flight.
 double kvtier_transfer(server::CacheClient& client, const KvRegion& region, uint32_t num_chunks,
                        uint64_t round, bool store) {
@@ -126,9 +137,8 @@ double kvtier_lookups(server::CacheClient& client, size_t lookups, size_t keys_p
   const auto t0 = Clock::now();
   for (size_t i = 0, n = 0; i < lookups; i += n) {
     const uint32_t first = static_cast<uint32_t>(i % num_chunks);
-    n = std::min(
-        {keys_per_lookup, size_t{num_chunks - first}, lookups - i});  // exactly `lookups` keys
-    window.emplace_back(client.lookup(chunk_keys_of(round, first, static_cast<uint32_t>(n))), n);
+    n = std::min(keys_per_lookup, lookups - i);  // exactly `lookups` keys
+    window.emplace_back(client.lookup(lookup_keys_of(round, first, n, num_chunks)), n);
     if (window.size() >= window_size) check_one();
   }
   while (!window.empty()) check_one();
@@ -159,8 +169,8 @@ double kvtier_lookup_groups(server::CacheClient& client, size_t lookups, size_t 
     std::vector<size_t> sizes;
     for (; i < lookups && keys.size() < group;) {
       const uint32_t first = static_cast<uint32_t>(i % num_chunks);
-      const size_t n = std::min({keys_per_lookup, size_t{num_chunks - first}, lookups - i});
-      keys.push_back(chunk_keys_of(round, first, static_cast<uint32_t>(n)));
+      const size_t n = std::min(keys_per_lookup, lookups - i);
+      keys.push_back(lookup_keys_of(round, first, n, num_chunks));
       sizes.push_back(n);
       i += n;
     }

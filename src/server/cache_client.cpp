@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "client_impl.h"
+#include "lookup_frames.h"
 
 namespace kvtier::server {
 namespace {
@@ -114,7 +115,7 @@ void ClientImpl::enqueue(Call call) {
 
 void ClientImpl::enqueue_all(std::vector<Call> calls) {
   const auto end_all = [](Call& call, End end, const std::string& why) {
-    for (size_t i = 0; i < call.requests.size(); ++i) call.on_end(i, end, nullptr, why);
+    for (size_t i = 0; i < call.size(); ++i) call.on_end(i, end, nullptr, why);
   };
   if (std::ranges::any_of(calls, [](const Call& c) { return c.needs_ok; })) {
     const ClientHealth h = health();
@@ -247,7 +248,7 @@ void ClientImpl::run() {
   }
   lose_outstanding("client closed");
   for (Call& call : unsent) {
-    for (size_t i = 0; i < call.requests.size(); ++i) {
+    for (size_t i = 0; i < call.size(); ++i) {
       call.on_end(i, End::kLost, nullptr, "client closed");
     }
   }
@@ -283,17 +284,24 @@ void ClientImpl::send_all(std::deque<Call>& calls) {
   };
   for (Call& call : calls) {
     const uint64_t first = next_id_;
-    next_id_ += call.requests.size();
-    const size_t n = call.requests.size();
-    Sent& sent = sent_.emplace(first, Sent{.call = std::move(call), .ended = {}, .remaining = n})
-                     .first->second;
+    const size_t n = call.size();
+    next_id_ += n;
+    Sent& sent =
+        sent_
+            .emplace(first,
+                     Sent{.call = std::move(call), .first = first, .ended = {}, .remaining = n})
+            .first->second;
     sent.ended.assign(n, false);
     deadlines_.emplace(sent.call.deadline, first);
     for (size_t i = 0; i < n; ++i) {
-      Request& request = sent.call.requests[i];
-      request.id = first + i;
       const size_t before = body.size();
-      append_request(body, request);
+      if (sent.call.requests.empty()) {
+        append_lookup_request(body, first + i, sent.call.lookups[i], sent.call.lock_ms);
+      } else {
+        Request& request = sent.call.requests[i];
+        request.id = first + i;
+        append_request(body, request);
+      }
       // 5 bytes: the largest MessagePack array header.
       if (!members.empty() &&
           (members.size() >= max_batch_ || body.size() + 5 > max_frame_bytes_)) {
@@ -320,7 +328,7 @@ void ClientImpl::end_request(Sent& sent, size_t index, End end, Reply* reply, st
   if (sent.ended[index]) return;
   sent.ended[index] = true;
   --sent.remaining;
-  const uint64_t first = sent.call.requests.front().id;
+  const uint64_t first = sent.first;
   // Erased first: on_end may send, or lose every outstanding request (heartbeat).
   std::optional<Sent> done;
   if (sent.remaining == 0) {
@@ -336,9 +344,13 @@ void ClientImpl::receive_all() {
   for (;;) {
     zmq::message_t msg;
     if (!dealer_->recv(msg, zmq::recv_flags::dontwait)) return;
-    auto replies = decode_replies(as_bytes(msg.to_string_view()));
-    if (!replies) continue;  // not a reply we can read: the requests' deadlines end them
-    for (Reply& reply : *replies) {
+    const std::span<const std::byte> frame = as_bytes(msg.to_string_view());
+    if (!read_lookup_replies(frame, replies_)) {
+      auto replies = decode_replies(frame);
+      if (!replies) continue;  // not a reply we can read: the requests' deadlines end them
+      replies_ = std::move(*replies);
+    }
+    for (Reply& reply : replies_) {
       if (!reply.event.empty()) {
         if (reply.event == "shutdown") on_shutdown_event();
         continue;
@@ -347,7 +359,7 @@ void ClientImpl::receive_all() {
       if (it == sent_.begin()) continue;  // late reply after its deadline
       --it;
       const uint64_t index = reply.id - it->first;
-      if (index >= it->second.call.requests.size()) continue;
+      if (index >= it->second.call.size()) continue;
       if (!reply.ok && reply.code == codes::kNotRegistered) on_registration_lost();
       end_request(it->second, index, End::kReply, &reply, {});
     }
@@ -401,18 +413,25 @@ bool CacheClient::wait_until_ok(Duration timeout) const {
 
 namespace {
 
+uint64_t lock_ms_of(Duration lock_for) {
+  return static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(lock_for).count());
+}
+
 Request lookup_request(std::vector<ChunkKey> keys, Duration lock_for) {
   Request r{.op = Op::kLookup};
   r.keys = std::move(keys);
-  r.lock_ms = static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(lock_for).count());
+  r.lock_ms = lock_ms_of(lock_for);
   return r;
+}
+
+LookupReply lookup_reply(const Reply& got) {
+  return LookupReply{
+      .hits = got.field("hits"), .pending = got.field("pending") != 0, .lock = got.field("lock")};
 }
 
 Result<LookupReply> lookup_reply(const Result<Reply>& got) {
   if (!got) return std::unexpected(got.error());
-  return LookupReply{.hits = got->field("hits"),
-                     .pending = got->field("pending") != 0,
-                     .lock = got->field("lock")};
+  return lookup_reply(*got);
 }
 
 }  // namespace
@@ -447,10 +466,13 @@ std::future<std::vector<Result<LookupReply>>> CacheClient::lookup_many(
   ClientImpl::Call call;
   call.deadline = SteadyClock::instance().now() + impl_->options().request_timeout;
   call.needs_ok = true;
-  call.requests.reserve(lookups.size());
-  for (auto& keys : lookups) call.requests.push_back(lookup_request(std::move(keys), lock_for));
+  call.lookups = std::move(lookups);
+  call.lock_ms = lock_ms_of(lock_for);
   call.on_end = [group](size_t i, ClientImpl::End end, Reply* reply, std::string why) {
-    group->results[i] = lookup_reply(ClientImpl::result_of(end, reply, std::move(why)));
+    // A success is read in place: the I/O thread reuses its replies (no move, no allocation).
+    group->results[i] = end == ClientImpl::End::kReply && reply->ok
+                            ? lookup_reply(*reply)
+                            : lookup_reply(ClientImpl::result_of(end, reply, std::move(why)));
     if (--group->remaining == 0) group->done.set_value(std::move(group->results));
   };
   impl_->enqueue(std::move(call));

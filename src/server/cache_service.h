@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -114,6 +115,17 @@ struct Envelope {
 };
 
 // A LOOKUP's answer: an error reply, or the success reply's fields.
+// A LOOKUP's arguments, wherever its keys live (a Request, or the frame's LookupFrame).
+struct LookupQuery {
+  uint64_t id = 0;
+  std::span<const ChunkKey> keys;
+  uint64_t lock_ms = 0;
+
+  static LookupQuery of(const Request& r) {
+    return {.id = r.id, .keys = r.keys, .lock_ms = r.lock_ms};
+  }
+};
+
 struct LookupAnswer {
   std::optional<Reply> error;
   uint64_t hits = 0;
@@ -147,7 +159,7 @@ class CacheService {
   // tiers may hold it (read-through waits for them). Never throws: a failure is an "internal"
   // error.
   std::optional<LookupAnswer> lookup_now(const std::string& client, TenantId tenant,
-                                         const Request& request);
+                                         const LookupQuery& query);
   void client_gone(std::string client);
   // Graceful shutdown: refuse new work, decide transfers in flight, then call `drained`.
   void begin_shutdown();
@@ -201,7 +213,7 @@ class CacheService {
   void handle_unregister(const std::string& client, const Request& request);
   void handle_lookup(const std::string& client, TenantId tenant, const Request& request);
   // The LOOKUP answer (both paths), under state_mu_; may raise only before it changed state.
-  LookupAnswer lookup_locked(const std::string& client, TenantId tenant, const Request& request);
+  LookupAnswer lookup_locked(const std::string& client, TenantId tenant, const LookupQuery& query);
   void handle_transfer(const std::string& client, const Request& request);
   void handle_release(const std::string& client, const Request& request);
   // PIN / UNPIN (pins_): no registration needed, the tenant is the client's.

@@ -26,11 +26,16 @@ class ClientImpl {
   // One request, or several queued together (lookup_many): each has its own id and reply.
   struct Call {
     std::vector<Request> requests;
+    // Or (lookup_many) LOOKUPs, each its keys, encoded from them without a Request each.
+    std::vector<std::vector<ChunkKey>> lookups;
+    uint64_t lock_ms = 0;   // of every one of `lookups`
     TimePoint deadline;     // of every request of the call
     bool needs_ok = false;  // skipped (kNotSent) unless the client is OK
     // Called exactly once for each request (its index in `requests`), on the I/O thread (or on
     // the caller's thread when skipped). `reply` is set for kReply only; it may be moved from.
     std::function<void(size_t index, End, Reply* reply, std::string why)> on_end;
+
+    size_t size() const { return requests.empty() ? lookups.size() : requests.size(); }
   };
 
   ClientImpl(ClientOptions options, Registration registration);
@@ -60,6 +65,7 @@ class ClientImpl {
   // ran. Kept (in sent_, by first id) until every request ended.
   struct Sent {
     Call call;
+    uint64_t first = 0;
     std::vector<bool> ended;
     size_t remaining = 0;
   };
@@ -105,6 +111,7 @@ class ClientImpl {
   std::map<uint64_t, Sent> sent_;                       // by the first request id
   std::set<std::pair<TimePoint, uint64_t>> deadlines_;  // (deadline, first id) of sent_
   uint64_t next_id_ = 1;
+  std::vector<Reply> replies_;  // the frame being received, reused (read_lookup_replies)
   TimePoint next_ping_{};
   bool ping_outstanding_ = false;
   bool register_outstanding_ = false;

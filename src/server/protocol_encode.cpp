@@ -28,7 +28,35 @@ struct FixedStream {
   }
 };
 
+void pack_keys(msgpack::packer<msgpack::sbuffer>& pk, std::span<const ChunkKey> keys) {
+  pk.pack("keys");
+  pk.pack_array(static_cast<uint32_t>(keys.size()));
+  for (const ChunkKey& k : keys) {
+    char bytes[16];
+    std::memcpy(bytes, &k.lo, 8);
+    std::memcpy(bytes + 8, &k.hi, 8);
+    pk.pack_bin(16);
+    pk.pack_bin_body(bytes, 16);
+  }
+}
+
+void pack_lookup(msgpack::packer<msgpack::sbuffer>& pk, uint64_t id, std::span<const ChunkKey> keys,
+                 uint64_t lock_ms) {
+  pk.pack_map(5);
+  pk.pack("v"), pk.pack(kProtocolVersion);
+  pk.pack("id"), pk.pack(id);
+  const std::string_view op = to_string(Op::kLookup);
+  pk.pack("op"), pk.pack_str(static_cast<uint32_t>(op.size())),
+      pk.pack_str_body(op.data(), op.size());
+  pack_keys(pk, keys);
+  pk.pack("lock_ms"), pk.pack(lock_ms);
+}
+
 void pack_request(msgpack::packer<msgpack::sbuffer>& pk, const Request& r) {
+  if (r.op == Op::kLookup && r.hook == TestHook::kNone) {
+    pack_lookup(pk, r.id, r.keys, r.lock_ms);
+    return;
+  }
   const bool keyed = r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve ||
                      r.op == Op::kPin || r.op == Op::kUnpin;
   const bool moves = r.op == Op::kStore || r.op == Op::kRetrieve;
@@ -79,17 +107,7 @@ void pack_request(msgpack::packer<msgpack::sbuffer>& pk, const Request& r) {
       pk.pack("num_blocks"), pk.pack(g.num_blocks);
     }
   }
-  if (keyed) {
-    pk.pack("keys");
-    pk.pack_array(static_cast<uint32_t>(r.keys.size()));
-    for (const ChunkKey& k : r.keys) {
-      char bytes[16];
-      std::memcpy(bytes, &k.lo, 8);
-      std::memcpy(bytes + 8, &k.hi, 8);
-      pk.pack_bin(16);
-      pk.pack_bin_body(bytes, 16);
-    }
-  }
+  if (keyed) pack_keys(pk, r.keys);
   if (r.op == Op::kLookup) pk.pack("lock_ms"), pk.pack(r.lock_ms);
   if (moves) {
     pk.pack("group"), pk.pack(r.group);
@@ -130,6 +148,12 @@ std::string encode_reply(const Reply& r) {
 
 void append_request(std::string& frame, const Request& r) {
   append_packed(frame, [&](msgpack::packer<msgpack::sbuffer>& pk) { pack_request(pk, r); });
+}
+
+void append_lookup_request(std::string& frame, uint64_t id, std::span<const ChunkKey> keys,
+                           uint64_t lock_ms) {
+  append_packed(frame,
+                [&](msgpack::packer<msgpack::sbuffer>& pk) { pack_lookup(pk, id, keys, lock_ms); });
 }
 
 void append_reply(std::string& frame, const Reply& r) {

@@ -171,7 +171,7 @@ void CacheService::handle_lookup(const std::string& client, TenantId tenant, con
   LookupAnswer answer;
   {
     std::lock_guard state(state_mu_);
-    answer = lookup_locked(client, tenant, r);
+    answer = lookup_locked(client, tenant, LookupQuery::of(r));
   }
   // Read-through, after the hits are locked (a prefetch's slots are never taken from them):
   // keys a lower tier holds become pending, never hits, until poll_tiers() publishes them. The
@@ -186,15 +186,15 @@ void CacheService::handle_lookup(const std::string& client, TenantId tenant, con
 }
 
 std::optional<LookupAnswer> CacheService::lookup_now(const std::string& client, TenantId tenant,
-                                                     const Request& r) {
+                                                     const LookupQuery& query) {
   try {
     std::lock_guard state(state_mu_);
     if (mover_ && !draining_ && is_registered_locked(client)) {
-      const LookupResult found = cache_.peek(r.keys);
-      if (!found.pending && found.hit_chunks < r.keys.size()) return std::nullopt;  // tiers
+      const LookupResult found = cache_.peek(query.keys);
+      if (!found.pending && found.hit_chunks < query.keys.size()) return std::nullopt;  // tiers
     }
     ++fast_lookups_;
-    LookupAnswer answer = lookup_locked(client, tenant, r);
+    LookupAnswer answer = lookup_locked(client, tenant, query);
     if (answer.error) ++fast_errors_;
     return answer;
   } catch (const std::exception& e) {
@@ -202,8 +202,8 @@ std::optional<LookupAnswer> CacheService::lookup_now(const std::string& client, 
     // changed state.
     ++fast_raised_;
     ++fast_errors_;
-    return LookupAnswer{
-        .error = Reply::error(r.id, codes::kInternal, std::string("handler raised: ") + e.what())};
+    return LookupAnswer{.error = Reply::error(query.id, codes::kInternal,
+                                              std::string("handler raised: ") + e.what())};
   }
 }
 
@@ -213,15 +213,15 @@ Reply CacheService::quota_exceeded(uint64_t id, const std::string& what) {
 }
 
 LookupAnswer CacheService::lookup_locked(const std::string& client, TenantId tenant,
-                                         const Request& r) {
+                                         const LookupQuery& query) {
   const auto fail = [&](std::string_view code, std::string_view message) {
-    return LookupAnswer{.error = Reply::error(r.id, code, message)};
+    return LookupAnswer{.error = Reply::error(query.id, code, message)};
   };
   if (draining_) return fail(codes::kShuttingDown, "kvtierd is shutting down");
   if (!is_registered_locked(client)) return fail(codes::kNotRegistered, "REGISTER first");
-  LookupResult found = cache_.lookup(r.keys);
+  LookupResult found = cache_.lookup(query.keys);
   uint64_t lock_id = 0;
-  if (r.lock_ms > 0 && found.hit_chunks > 0) {
+  if (query.lock_ms > 0 && found.hit_chunks > 0) {
     const size_t limit = options_.config.server.max_locks;
     if (locks_.keys_held(client) + found.hit_chunks > limit) {
       return fail(codes::kLimitExceeded,
@@ -230,10 +230,10 @@ LookupAnswer CacheService::lookup_locked(const std::string& client, TenantId ten
     const uint64_t tenant_limit = tenants_[tenant].limits.max_locks;
     if (locks_.keys_held_by(tenant) + found.hit_chunks > tenant_limit) {
       return LookupAnswer{
-          .error = quota_exceeded(r.id, "read locks would exceed the tenant's max_locks (" +
-                                            std::to_string(tenant_limit) + " keys)")};
+          .error = quota_exceeded(query.id, "read locks would exceed the tenant's max_locks (" +
+                                                std::to_string(tenant_limit) + " keys)")};
     }
-    std::vector<ChunkKey> keys(r.keys.begin(), r.keys.begin() + found.hit_chunks);
+    std::vector<ChunkKey> keys(query.keys.begin(), query.keys.begin() + found.hit_chunks);
     auto pinned = cache_.prepare_load(keys);
     if (!pinned) throw std::logic_error("lookup hits not loadable: " + pinned.error().message);
     // Capped in the client's uint64 milliseconds before any conversion: a huge lock_ms ends at
@@ -241,9 +241,10 @@ LookupAnswer CacheService::lookup_locked(const std::string& client, TenantId ten
     const Duration max_ttl = seconds_to_duration(options_.config.server.lock_ttl_s);
     const auto max_ms = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(max_ttl).count());
-    const Duration ttl = r.lock_ms >= max_ms
-                             ? max_ttl
-                             : Duration(std::chrono::milliseconds(static_cast<int64_t>(r.lock_ms)));
+    const Duration ttl =
+        query.lock_ms >= max_ms
+            ? max_ttl
+            : Duration(std::chrono::milliseconds(static_cast<int64_t>(query.lock_ms)));
     lock_id = locks_.add(ReadLock{.client = client,
                                   .keys = std::move(keys),
                                   .expires = SteadyClock::instance().now() + ttl,
@@ -252,7 +253,7 @@ LookupAnswer CacheService::lookup_locked(const std::string& client, TenantId ten
   TenantCounters& counters = counters_of(tenant);
   ++counters.lookups;
   counters.hit_chunks += found.hit_chunks;
-  counters.missed_chunks += r.keys.size() - found.hit_chunks;
+  counters.missed_chunks += query.keys.size() - found.hit_chunks;
   return LookupAnswer{.hits = found.hit_chunks, .pending = found.pending, .lock = lock_id};
 }
 

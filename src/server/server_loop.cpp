@@ -18,6 +18,7 @@
 #include "endpoint_access.h"
 #include "kvtier/core/log.h"
 #include "kvtier/server/server.h"
+#include "lookup_frames.h"
 #include "zap_handler.h"
 
 namespace kvtier::server {
@@ -114,6 +115,13 @@ class SocketLoop {
   // to the service.
   void admit_one(const std::string& client, Peer& peer, Result<Request> request, uint64_t id,
                  Answers& now);
+  // A LOOKUP (its keys scoped): over the in-flight limit, answered now (lookup_now), or posted
+  // to the service, as `request` when the frame was decoded into one.
+  void admit_lookup(const std::string& client, Peer& peer, const LookupQuery& query, Answers& now,
+                    Request* request = nullptr);
+  // A limit_exceeded reply when the client has server.max_requests_in_flight requests in flight.
+  bool over_limit(const Peer& peer, uint64_t id, Answers& now);
+  void post(const std::string& client, Peer& peer, Request request);
   // The tenant of a request message: its "User-Id" (set by the ZAP handler) under CURVE, else
   // the default tenant; nullopt when a CURVE message names no known tenant.
   std::optional<TenantId> tenant_of(zmq::message_t& message) const;
@@ -131,6 +139,7 @@ class SocketLoop {
   const ServerOptions& options_;
   const uint64_t boot_id_;
   const DecodeLimits limits_;
+  LookupFrame lookups_;  // the frame being admitted, when read_lookup_frame took it
   const Duration client_timeout_;
   const uint32_t max_in_flight_;
   HostDevice host_;
@@ -304,6 +313,20 @@ void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& p
   }
   const std::span<const std::byte> frame = as_bytes(parts[1].to_string_view());
   Answers now{*service_, client};
+  if (read_lookup_frame(frame, limits_, lookups_)) {  // plain LOOKUPs, read without a Request
+    if (lookups_.batch) ++counters_.batch_frames;
+    for (const LookupItem& item : lookups_.items) {
+      ++counters_.requests;
+      const std::span<ChunkKey> keys = lookups_.keys_of(item);
+      tenants_.scope(peer.tenant, keys);
+      admit_lookup(client, peer, LookupQuery{.id = item.id, .keys = keys, .lock_ms = item.lock_ms},
+                   now);
+    }
+    if (now.count > 0) {
+      send_to(router_, client, lookups_.batch ? encode_batch(now.count, now.body) : now.body);
+    }
+    return;
+  }
   if (!is_batch_frame(frame)) {
     uint64_t id = 0;
     auto request = decode_request(frame, limits_, &id);
@@ -352,30 +375,54 @@ void SocketLoop::admit_one(const std::string& client, Peer& peer, Result<Request
     now.add(pong);
     return;
   }
-  if (peer.in_flight >= max_in_flight_) {
-    ++counters_.limit_rejections;
-    now.add(Reply::error(id, codes::kLimitExceeded,
-                         "more than server.max_requests_in_flight (" +
-                             std::to_string(max_in_flight_) + ") requests in flight"));
+  if (request->op == Op::kLookup && request->hook == TestHook::kNone) {
+    admit_lookup(client, peer, LookupQuery::of(*request), now, &*request);
     return;
   }
-  // A LOOKUP is answered here, without the hop to the service thread, unless an earlier request
-  // of this client still waits there (it must take effect first) or the lower tiers must be
-  // asked (lookup_now declines).
-  if (request->op == Op::kLookup && request->hook == TestHook::kNone && peer.queued->load() == 0) {
-    if (std::optional<LookupAnswer> answer = service_->lookup_now(client, peer.tenant, *request)) {
+  if (over_limit(peer, id, now)) return;
+  post(client, peer, std::move(*request));
+}
+
+bool SocketLoop::over_limit(const Peer& peer, uint64_t id, Answers& now) {
+  if (peer.in_flight < max_in_flight_) return false;
+  ++counters_.limit_rejections;
+  now.add(Reply::error(id, codes::kLimitExceeded,
+                       "more than server.max_requests_in_flight (" +
+                           std::to_string(max_in_flight_) + ") requests in flight"));
+  return true;
+}
+
+void SocketLoop::post(const std::string& client, Peer& peer, Request request) {
+  ++peer.in_flight;
+  peer.queued->fetch_add(1);
+  service_->post(Envelope{client, peer.tenant, std::move(request), peer.queued});
+}
+
+void SocketLoop::admit_lookup(const std::string& client, Peer& peer, const LookupQuery& query,
+                              Answers& now, Request* request) {
+  if (over_limit(peer, query.id, now)) return;
+  // Answered here, without the hop to the service thread, unless an earlier request of this
+  // client still waits there (it must take effect first) or the lower tiers must be asked
+  // (lookup_now declines).
+  if (peer.queued->load() == 0) {
+    if (std::optional<LookupAnswer> answer = service_->lookup_now(client, peer.tenant, query)) {
       if (answer->error) {
         now.add(*answer->error);
       } else {
-        append_lookup_reply(now.body, id, answer->hits, answer->pending, answer->lock);
+        append_lookup_reply(now.body, query.id, answer->hits, answer->pending, answer->lock);
         ++now.count;
       }
       return;
     }
   }
-  ++peer.in_flight;
-  peer.queued->fetch_add(1);
-  service_->post(Envelope{client, peer.tenant, std::move(*request), peer.queued});
+  if (request) {
+    post(client, peer, std::move(*request));
+    return;
+  }
+  Request r{.id = query.id, .op = Op::kLookup};
+  r.keys.assign(query.keys.begin(), query.keys.end());
+  r.lock_ms = query.lock_ms;
+  post(client, peer, std::move(r));
 }
 
 void SocketLoop::forward(std::vector<zmq::message_t>& parts) {

@@ -169,7 +169,7 @@ std::optional<TenantId> Tenants::by_name(std::string_view name) const {
   return it->second;
 }
 
-void Tenants::scope(TenantId tenant, std::vector<ChunkKey>& keys) const {
+void Tenants::scope(TenantId tenant, std::span<ChunkKey> keys) const {
   if (tenant == kDefaultTenant) return;
   const Tenant& t = tenants_.at(tenant);
   for (ChunkKey& key : keys) {

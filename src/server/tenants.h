@@ -74,7 +74,7 @@ class Tenants {
   // The tenant with this name (a message's "User-Id"), if any.
   std::optional<TenantId> by_name(std::string_view name) const;
   // The keys as `tenant`'s namespace holds them (see the contract).
-  void scope(TenantId tenant, std::vector<ChunkKey>& keys) const;
+  void scope(TenantId tenant, std::span<ChunkKey> keys) const;
 
  private:
   std::vector<Tenant> tenants_;  // indexed by TenantId; 0 is the default tenant

@@ -154,6 +154,7 @@ class ReplyFields {
   const_iterator end() const { return items_.end(); }
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
+  void clear() { items_.clear(); }  // keeps the capacity
   void reserve(size_t n) { items_.reserve(n); }
   std::map<std::string, uint64_t> to_map() const { return {begin(), end()}; }
   bool operator==(const ReplyFields& other) const { return to_map() == other.to_map(); }
@@ -193,6 +194,10 @@ std::string encode_reply(const Reply& reply);
 // Append the same bytes to `frame` (to build a batch's body without a copy per message).
 void append_request(std::string& frame, const Request& request);
 void append_reply(std::string& frame, const Reply& reply);
+// A LOOKUP request: the bytes append_request gives for Request{id, kLookup, keys, lock_ms},
+// without building that Request (lookup_many sends them by the thousand).
+void append_lookup_request(std::string& frame, uint64_t id, std::span<const ChunkKey> keys,
+                           uint64_t lock_ms);
 // A LOOKUP's success reply: the bytes encode_reply gives for Reply{id, fields {hits, pending,
 // lock}} (in that order), appended without building that Reply (the socket loop answers LOOKUPs at
 // a rate where its map costs more than the lookup).
