@@ -1,12 +1,17 @@
 // libFuzzer target for kvtierd's frame decoder: any input must decode to a request or an error
 // (never crash, hang, leak or trip a sanitizer), the error must name a protocol error code, and
 // a decoded request must survive an encode/decode round trip; the same for the input read as a
-// batch frame (each element) and as a reply frame (one reply or a batch of them).
+// batch frame (each element) and as a reply frame (one reply or a batch of them). The LOOKUP
+// frame readers (lookup_frames.h), where they accept the input, read exactly what the decoder
+// reads.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "kvtier/server/protocol.h"
+#include "lookup_frames.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvtier::server;
@@ -39,6 +44,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       });
   if (!batch && elements != 0) std::abort();
   if (batch && (elements == 0 || elements > kMaxBatchRequests)) std::abort();
+  LookupFrame lookups;
+  if (read_lookup_frame(frame, DecodeLimits{.max_frame_bytes = 64 * 1024}, lookups)) {
+    std::vector<Request> decoded;
+    const auto take = [&](const kvtier::Result<Request>& r) {
+      if (!r || r->op != Op::kLookup || r->hook != TestHook::kNone) std::abort();
+      decoded.push_back(*r);
+    };
+    if (lookups.batch) {
+      if (!decode_batch(frame, DecodeLimits{.max_frame_bytes = 64 * 1024},
+                        [&](BatchItem item) { take(item.request); })) {
+        std::abort();
+      }
+    } else {
+      take(request);
+    }
+    if (decoded.size() != lookups.items.size()) std::abort();
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      const LookupItem& item = lookups.items[i];
+      const auto keys = lookups.keys_of(item);
+      if (decoded[i].id != item.id || decoded[i].lock_ms != item.lock_ms ||
+          !std::ranges::equal(decoded[i].keys, keys)) {
+        std::abort();
+      }
+    }
+  }
+  std::vector<Reply> lookup_replies;
+  if (read_lookup_replies(frame, lookup_replies)) {
+    auto replies = decode_replies(frame);
+    if (!replies || replies->size() != lookup_replies.size()) std::abort();
+    for (size_t i = 0; i < replies->size(); ++i) {
+      const Reply& a = (*replies)[i];
+      const Reply& b = lookup_replies[i];
+      if (a.id != b.id || !a.ok || !b.ok || !std::ranges::equal(a.fields, b.fields)) std::abort();
+    }
+  }
   if (auto replies = decode_replies(frame)) {
     std::string body;
     for (const Reply& r : *replies) append_reply(body, r);

@@ -191,7 +191,11 @@ bool read_lookup_frame(std::span<const std::byte> frame, const DecodeLimits& lim
 bool read_lookup_replies(std::span<const std::byte> frame, std::vector<Reply>& out) {
   Reader in(frame);
   uint32_t count = 0;
-  if (!is_batch_frame(frame) || !in.array(count) || count == 0) return false;
+  // The count is the peer's word: bounded before anything is allocated for it (a server sends
+  // at most one reply per request of a batch).
+  if (!is_batch_frame(frame) || !in.array(count) || count == 0 || count > kMaxBatchRequests) {
+    return false;
+  }
   out.resize(count);
   for (Reply& reply : out) {
     if (!read_lookup_reply(in, reply)) return false;

@@ -47,9 +47,9 @@ struct LookupFrame {
 bool read_lookup_frame(std::span<const std::byte> frame, const DecodeLimits& limits,
                        LookupFrame& out);
 
-// A reply frame holding an array of LOOKUP success replies, each with exactly the fields v, id,
-// ok (true), hits, pending and lock, unsigned, in any order, and nothing after it. On true,
-// `out` holds each reply as decode_replies gives it. Anything else: false.
+// A reply frame holding an array of 1 to kMaxBatchRequests LOOKUP success replies, each with
+// exactly the fields v, id, ok (true), hits, pending and lock, unsigned, in any order, and nothing
+// after it. On true, `out` holds each reply as decode_replies gives it. Anything else: false.
 bool read_lookup_replies(std::span<const std::byte> frame, std::vector<Reply>& out);
 
 }  // namespace kvtier::server

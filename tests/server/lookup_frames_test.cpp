@@ -188,6 +188,10 @@ TEST(LookupFrames, OtherRepliesAreLeftToDecodeReplies) {
   EXPECT_TRUE(declined(encode_batch(2, with_stats)));
   const std::string whole = encode_batch(1, one);
   for (size_t n = 0; n < whole.size(); ++n) EXPECT_TRUE(declined(whole.substr(0, n))) << n;
+  // A count no frame could hold is declined before anything is allocated for it.
+  std::string huge = "\xdd\x7f\xff\xff\xff" + one;
+  EXPECT_TRUE(declined(huge));
+  EXPECT_TRUE(declined(encode_batch(kMaxBatchRequests + 1, one)));
   EXPECT_TRUE(declined(whole + '\0'));
 }
 
