@@ -30,8 +30,9 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kChunksPerRequest = 8;
 constexpr size_t kWindow = 32;  // STORE/RETRIEVE requests in flight (kvtierd allows 64)
 // LOOKUPs in flight on one client (the socket loop answers them at once: no server limit
-// applies); the kvtierd side of a lookup row is the best of these, as Redis's is of its shapes.
-constexpr size_t kLookupWindows[] = {32, 128, 512, 2048};
+// applies); the kvtierd side of a lookup row is the best of these, as Redis's is of its shapes,
+// which reach the same 8192 commands in flight.
+constexpr size_t kLookupWindows[] = {32, 128, 512, 2048, 8192};
 
 // A model shape whose block is 256 KiB over 4 layers (64 KiB per layer-block); the chunk size
 // is set by blocks_per_chunk.
@@ -188,8 +189,8 @@ struct RedisShape {
   size_t conns;
   size_t depth;
 };
-constexpr RedisShape kLookupShapes[] = {{1, 32},  {1, 128}, {1, 512}, {2, 128},
-                                        {2, 512}, {4, 128}, {4, 512}};
+constexpr RedisShape kLookupShapes[] = {{1, 32},  {1, 128}, {1, 512},  {2, 128}, {2, 512},
+                                        {4, 128}, {4, 512}, {2, 2048}, {4, 2048}};
 constexpr RedisShape kTransferShapes[] = {{1, 8}, {1, 32}, {1, 128}, {2, 32}, {4, 32}};
 
 // Runs prepare(i) then, timed, run(i) for i in [0, conns), on one thread per connection (each
