@@ -114,7 +114,6 @@ struct Envelope {
   QueuedCount queued;  // decremented once the request was dispatched (may be null)
 };
 
-// A LOOKUP's answer: an error reply, or the success reply's fields.
 // A LOOKUP's arguments, wherever its keys live (a Request, or the frame's LookupFrame).
 struct LookupQuery {
   uint64_t id = 0;
@@ -126,6 +125,7 @@ struct LookupQuery {
   }
 };
 
+// A LOOKUP's answer: an error reply, or the success reply's fields.
 struct LookupAnswer {
   std::optional<Reply> error;
   uint64_t hits = 0;

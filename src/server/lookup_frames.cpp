@@ -13,9 +13,7 @@ class Reader {
   explicit Reader(std::span<const std::byte> frame)
       : p_(reinterpret_cast<const uint8_t*>(frame.data())), end_(p_ + frame.size()) {}
 
-  bool ok() const { return ok_; }
   bool at_end() const { return ok_ && p_ == end_; }
-  uint8_t peek() const { return ok_ && p_ < end_ ? *p_ : 0xc1; }  // 0xc1: never used
 
   bool array(uint32_t& n) { return header(n, 0x90, 0xdc, 0xdd); }
   bool map(uint32_t& n) { return header(n, 0x80, 0xde, 0xdf); }
