@@ -166,16 +166,19 @@ double kvtier_lookup_groups(server::CacheClient& client, size_t lookups, size_t 
   };
   const auto t0 = Clock::now();
   for (size_t i = 0; i < lookups;) {
-    std::vector<std::vector<ChunkKey>> keys;
+    server::LookupBatch batch;
     std::vector<size_t> sizes;
-    for (; i < lookups && keys.size() < group;) {
+    for (; i < lookups && batch.size() < group;) {
       const uint32_t first = static_cast<uint32_t>(i % num_chunks);
       const size_t n = std::min(keys_per_lookup, lookups - i);
-      keys.push_back(lookup_keys_of(round, first, n, num_chunks));
+      for (size_t j = 0; j < n; ++j) {
+        batch.keys.push_back(ChunkKey{.lo = (first + j) % num_chunks, .hi = round});
+      }
+      batch.ends.push_back(batch.keys.size());
       sizes.push_back(n);
       i += n;
     }
-    in_flight.emplace_back(client.lookup_many(std::move(keys)), std::move(sizes));
+    in_flight.emplace_back(client.lookup_many(std::move(batch)), std::move(sizes));
     if (in_flight.size() >= 2) check_one();
   }
   while (!in_flight.empty()) check_one();

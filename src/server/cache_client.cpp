@@ -262,25 +262,24 @@ void ClientImpl::send(Call call) {
 }
 
 void ClientImpl::send_all(std::deque<Call>& calls) {
-  // The requests of the frame being built: (first id of their call, index in it).
+  // The requests of the frame being built (in frame_): (first id of their call, index in it).
   std::vector<std::pair<uint64_t, size_t>> members;
-  std::string body;
   // Requests whose frame could not be sent; ended after the loop (an on_end may change sent_).
   std::vector<std::pair<uint64_t, size_t>> failed;
+  frame_.clear();
   const auto flush = [&] {
     if (members.empty()) return;
     bool sent = false;
     try {
-      const std::string batch = members.size() > 1 ? encode_batch(members.size(), body) : "";
-      sent =
-          dealer_->send(zmq::buffer(members.size() > 1 ? batch : body), zmq::send_flags::dontwait)
-              .has_value();
+      const std::string_view frame =
+          members.size() > 1 ? frame_.batch(members.size()) : frame_.body();
+      sent = dealer_->send(zmq::buffer(frame), zmq::send_flags::dontwait).has_value();
     } catch (const zmq::error_t&) {
       sent = false;  // a closed or broken socket: reported as not sent, below
     }
     if (!sent) failed.insert(failed.end(), members.begin(), members.end());
     members.clear();
-    body.clear();
+    frame_.clear();
   };
   for (Call& call : calls) {
     const uint64_t first = next_id_;
@@ -294,21 +293,21 @@ void ClientImpl::send_all(std::deque<Call>& calls) {
     sent.ended.assign(n, false);
     deadlines_.emplace(sent.call.deadline, first);
     for (size_t i = 0; i < n; ++i) {
-      const size_t before = body.size();
+      std::string& bytes = frame_.bytes;
+      const size_t before = bytes.size();
       if (sent.call.requests.empty()) {
-        append_lookup_request(body, first + i, sent.call.lookups[i], sent.call.lock_ms);
+        append_lookup_request(bytes, first + i, sent.call.lookups[i], sent.call.lock_ms);
       } else {
         Request& request = sent.call.requests[i];
         request.id = first + i;
-        append_request(body, request);
+        append_request(bytes, request);
       }
-      // 5 bytes: the largest MessagePack array header.
-      if (!members.empty() &&
-          (members.size() >= max_batch_ || body.size() + 5 > max_frame_bytes_)) {
-        std::string mine = body.substr(before);
-        body.resize(before);
+      if (!members.empty() && (members.size() >= max_batch_ ||
+                               frame_.body_size() + BatchFrame::kHeaderRoom > max_frame_bytes_)) {
+        std::string mine = bytes.substr(before);
+        bytes.resize(before);
         flush();
-        body = std::move(mine);
+        bytes += mine;
       }
       members.emplace_back(first, i);
     }
@@ -324,20 +323,44 @@ void ClientImpl::send_all(std::deque<Call>& calls) {
 
 // The on_end of a call with several requests (lookup_many's) must not send or lose requests:
 // it runs while its call stays in sent_.
-void ClientImpl::end_request(Sent& sent, size_t index, End end, Reply* reply, std::string why) {
-  if (sent.ended[index]) return;
+ClientImpl::Call* ClientImpl::settle(Sent& sent, size_t index, std::optional<Sent>& done) {
+  if (sent.ended[index]) return nullptr;
   sent.ended[index] = true;
-  --sent.remaining;
-  const uint64_t first = sent.first;
-  // Erased first: on_end may send, or lose every outstanding request (heartbeat).
+  if (--sent.remaining > 0) return &sent.call;
+  auto it = sent_.find(sent.first);
+  deadlines_.erase({it->second.call.deadline, it->first});
+  done.emplace(std::move(it->second));
+  sent_.erase(it);
+  return &done->call;
+}
+
+void ClientImpl::end_request(Sent& sent, size_t index, End end, Reply* reply, std::string why) {
   std::optional<Sent> done;
-  if (sent.remaining == 0) {
-    auto it = sent_.find(first);
-    deadlines_.erase({it->second.call.deadline, first});
-    done.emplace(std::move(it->second));
-    sent_.erase(it);
+  if (Call* call = settle(sent, index, done)) call->on_end(index, end, reply, std::move(why));
+}
+
+std::pair<ClientImpl::Sent*, size_t> ClientImpl::find_sent(uint64_t id) {
+  auto it = sent_.upper_bound(id);
+  if (it == sent_.begin()) return {nullptr, 0};
+  --it;
+  const uint64_t index = id - it->first;
+  if (index >= it->second.call.size()) return {nullptr, 0};
+  return {&it->second, index};
+}
+
+void ClientImpl::end_lookup(const LookupReplyItem& reply) {
+  auto [sent, index] = find_sent(reply.id);
+  if (!sent) return;
+  if (!sent->call.on_lookup) {  // a LOOKUP sent as a Request (CacheClient::call)
+    Reply r = reply.to_reply();
+    end_request(*sent, index, End::kReply, &r, {});
+    return;
   }
-  (done ? done->call : sent.call).on_end(index, end, reply, std::move(why));
+  std::optional<Sent> done;
+  if (Call* call = settle(*sent, index, done)) {
+    call->on_lookup(
+        index, LookupReply{.hits = reply.hits, .pending = reply.pending != 0, .lock = reply.lock});
+  }
 }
 
 void ClientImpl::receive_all() {
@@ -345,23 +368,21 @@ void ClientImpl::receive_all() {
     zmq::message_t msg;
     if (!dealer_->recv(msg, zmq::recv_flags::dontwait)) return;
     const std::span<const std::byte> frame = as_bytes(msg.to_string_view());
-    if (!read_lookup_replies(frame, replies_)) {
-      auto replies = decode_replies(frame);
-      if (!replies) continue;  // not a reply we can read: the requests' deadlines end them
-      replies_ = std::move(*replies);
+    if (read_lookup_replies(frame, lookup_replies_)) {
+      for (const LookupReplyItem& reply : lookup_replies_) end_lookup(reply);
+      continue;
     }
-    for (Reply& reply : replies_) {
+    auto replies = decode_replies(frame);
+    if (!replies) continue;  // not a reply we can read: the requests' deadlines end them
+    for (Reply& reply : *replies) {
       if (!reply.event.empty()) {
         if (reply.event == "shutdown") on_shutdown_event();
         continue;
       }
-      auto it = sent_.upper_bound(reply.id);
-      if (it == sent_.begin()) continue;  // late reply after its deadline
-      --it;
-      const uint64_t index = reply.id - it->first;
-      if (index >= it->second.call.size()) continue;
+      auto [sent, index] = find_sent(reply.id);
+      if (!sent) continue;  // late reply after its deadline
       if (!reply.ok && reply.code == codes::kNotRegistered) on_registration_lost();
-      end_request(it->second, index, End::kReply, &reply, {});
+      end_request(*sent, index, End::kReply, &reply, {});
     }
   }
 }
@@ -417,21 +438,29 @@ uint64_t lock_ms_of(Duration lock_for) {
   return static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(lock_for).count());
 }
 
-Request lookup_request(std::vector<ChunkKey> keys, Duration lock_for) {
-  Request r{.op = Op::kLookup};
-  r.keys = std::move(keys);
-  r.lock_ms = lock_ms_of(lock_for);
-  return r;
+Result<LookupReply> lookup_result(ClientImpl::End end, Reply* reply, std::string why) {
+  Result<Reply> got = ClientImpl::result_of(end, reply, std::move(why));
+  if (!got) return std::unexpected(std::move(got.error()));
+  return LookupReply{.hits = got->field("hits"),
+                     .pending = got->field("pending") != 0,
+                     .lock = got->field("lock")};
 }
 
-LookupReply lookup_reply(const Reply& got) {
-  return LookupReply{
-      .hits = got.field("hits"), .pending = got.field("pending") != 0, .lock = got.field("lock")};
-}
-
-Result<LookupReply> lookup_reply(const Result<Reply>& got) {
-  if (!got) return std::unexpected(got.error());
-  return lookup_reply(*got);
+// A call of `lookups`: done(i, result) once for each, on the I/O thread (or on the caller's
+// when skipped).
+template <class Done>
+ClientImpl::Call lookup_call(const ClientOptions& options, LookupBatch lookups, Duration lock_for,
+                             Done done) {
+  ClientImpl::Call call;
+  call.deadline = SteadyClock::instance().now() + options.request_timeout;
+  call.needs_ok = true;
+  call.lookups = std::move(lookups);
+  call.lock_ms = lock_ms_of(lock_for);
+  call.on_lookup = [done](size_t i, const LookupReply& reply) { done(i, reply); };
+  call.on_end = [done](size_t i, ClientImpl::End end, Reply* reply, std::string why) {
+    done(i, lookup_result(end, reply, std::move(why)));
+  };
+  return call;
 }
 
 }  // namespace
@@ -440,14 +469,16 @@ std::future<Result<LookupReply>> CacheClient::lookup(std::vector<ChunkKey> keys,
                                                      Duration lock_for) {
   auto p = std::make_shared<std::promise<Result<LookupReply>>>();
   auto future = p->get_future();
-  impl_->enqueue(impl_->plain_call(lookup_request(std::move(keys), lock_for),
-                                   impl_->options().request_timeout, true,
-                                   [p](Result<Reply> got) { p->set_value(lookup_reply(got)); }));
+  LookupBatch one;
+  one.keys = std::move(keys);
+  one.ends = {one.keys.size()};
+  impl_->enqueue(lookup_call(impl_->options(), std::move(one), lock_for,
+                             [p](size_t, Result<LookupReply> r) { p->set_value(std::move(r)); }));
   return future;
 }
 
-std::future<std::vector<Result<LookupReply>>> CacheClient::lookup_many(
-    std::vector<std::vector<ChunkKey>> lookups, Duration lock_for) {
+std::future<std::vector<Result<LookupReply>>> CacheClient::lookup_many(LookupBatch lookups,
+                                                                       Duration lock_for) {
   // One call of several requests: each ends exactly once (on the I/O thread, or on this one
   // when skipped); the last one resolves the future.
   struct Group {
@@ -457,25 +488,18 @@ std::future<std::vector<Result<LookupReply>>> CacheClient::lookup_many(
   };
   auto group = std::make_shared<Group>();
   auto future = group->done.get_future();
-  if (lookups.empty()) {
+  if (lookups.size() == 0) {
     group->done.set_value({});
     return future;
   }
-  group->results.resize(lookups.size(), std::unexpected(Error{ErrorCode::kInternal, ""}));
+  group->results.resize(lookups.size());  // each set by its request's end
   group->remaining = lookups.size();
-  ClientImpl::Call call;
-  call.deadline = SteadyClock::instance().now() + impl_->options().request_timeout;
-  call.needs_ok = true;
-  call.lookups = std::move(lookups);
-  call.lock_ms = lock_ms_of(lock_for);
-  call.on_end = [group](size_t i, ClientImpl::End end, Reply* reply, std::string why) {
-    // A success is read in place: the I/O thread reuses its replies (no move, no allocation).
-    group->results[i] = end == ClientImpl::End::kReply && reply->ok
-                            ? lookup_reply(*reply)
-                            : lookup_reply(ClientImpl::result_of(end, reply, std::move(why)));
-    if (--group->remaining == 0) group->done.set_value(std::move(group->results));
-  };
-  impl_->enqueue(std::move(call));
+  impl_->enqueue(lookup_call(impl_->options(), std::move(lookups), lock_for,
+                             [group](size_t i, Result<LookupReply> r) {
+                               group->results[i] = std::move(r);
+                               if (--group->remaining == 0)
+                                 group->done.set_value(std::move(group->results));
+                             }));
   return future;
 }
 

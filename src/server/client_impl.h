@@ -15,6 +15,7 @@
 #include <zmq.hpp>
 
 #include "kvtier/server/client.h"
+#include "lookup_frames.h"
 
 namespace kvtier::server {
 
@@ -26,14 +27,17 @@ class ClientImpl {
   // One request, or several queued together (lookup_many): each has its own id and reply.
   struct Call {
     std::vector<Request> requests;
-    // Or (lookup_many) LOOKUPs, each its keys, encoded from them without a Request each.
-    std::vector<std::vector<ChunkKey>> lookups;
-    uint64_t lock_ms = 0;   // of every one of `lookups`
+    // Or (lookup, lookup_many) LOOKUPs, encoded from their keys without a Request each.
+    LookupBatch lookups;
+    uint64_t lock_ms = 0;   // of every LOOKUP of the call
     TimePoint deadline;     // of every request of the call
     bool needs_ok = false;  // skipped (kNotSent) unless the client is OK
     // Called exactly once for each request (its index in `requests`), on the I/O thread (or on
     // the caller's thread when skipped). `reply` is set for kReply only; it may be moved from.
     std::function<void(size_t index, End, Reply* reply, std::string why)> on_end;
+    // Set for a call of LOOKUPs: called instead of on_end for a success reply read on the
+    // LOOKUP fast path (read_lookup_replies), with no Reply built for it.
+    std::function<void(size_t index, const LookupReply&)> on_lookup;
 
     size_t size() const { return requests.empty() ? lookups.size() : requests.size(); }
   };
@@ -74,7 +78,16 @@ class ClientImpl {
   // max_batch_ requests and max_frame_bytes_ bytes while the server takes batches, else each in
   // its own frame. A request whose frame could not be sent ends kNotSent.
   void send_all(std::deque<Call>& calls);
+  // The sent call holding request `id` and the request's index in it; nullptr when none (a late
+  // reply after its deadline).
+  std::pair<Sent*, size_t> find_sent(uint64_t id);
+  // Marks request `index` of `sent` ended and returns the call to end it with (nullptr when it
+  // had ended): `sent`'s, or, when it was the call's last request, the call moved out of sent_
+  // into `done` (its callback may send, or lose every outstanding request).
+  Call* settle(Sent& sent, size_t index, std::optional<Sent>& done);
   void end_request(Sent& sent, size_t index, End end, Reply* reply, std::string why);
+  // A LOOKUP success read on the fast path: on_lookup, or on_end with the Reply it stands for.
+  void end_lookup(const LookupReplyItem& reply);
   // Every request of `calls` that has not ended (the calls are out of sent_ already).
   void end_every(std::vector<Sent>& calls, End end, const std::string& why);
   void receive_all();
@@ -111,7 +124,8 @@ class ClientImpl {
   std::map<uint64_t, Sent> sent_;                       // by the first request id
   std::set<std::pair<TimePoint, uint64_t>> deadlines_;  // (deadline, first id) of sent_
   uint64_t next_id_ = 1;
-  std::vector<Reply> replies_;  // the frame being received, reused (read_lookup_replies)
+  BatchFrame frame_;                             // the frame being sent, reused
+  std::vector<LookupReplyItem> lookup_replies_;  // the frame being received (read_lookup_replies)
   TimePoint next_ping_{};
   bool ping_outstanding_ = false;
   bool register_outstanding_ = false;

@@ -142,31 +142,41 @@ bool read_lookup(Reader& in, LookupItem& item, std::vector<ChunkKey>& keys) {
   return (seen | kLockMs) == (kV | kId | kOp | kKeys | kLockMs);
 }
 
-// One LOOKUP success reply map, into `reply` (reset first).
-bool read_lookup_reply(Reader& in, Reply& reply) {
+// One LOOKUP success reply map: each of its six fields exactly once.
+bool read_lookup_reply(Reader& in, LookupReplyItem& reply) {
   uint32_t fields = 0;
   if (!in.map(fields) || fields != 6) return false;
-  reply.ok = false;
-  reply.code.clear();
-  reply.message.clear();
-  reply.event.clear();
-  reply.fields.clear();
-  bool has_id = false;
+  enum : unsigned { kV = 1, kId = 2, kOk = 4, kHits = 8, kPending = 16, kLock = 32 };
+  unsigned seen = 0;
   for (uint32_t f = 0; f < fields; ++f) {
     std::string_view name;
     if (!in.str(name)) return false;
+    unsigned bit = 0;
+    bool read = false;
     if (name == "ok") {
-      if (reply.ok || !in.boolean(reply.ok) || !reply.ok) return false;
+      bool ok = false;
+      read = in.boolean(ok) && ok;
+      bit = kOk;
     } else if (name == "id") {
-      if (has_id || !in.uint(reply.id)) return false;
-      has_id = true;
-    } else if (name == "v" || name == "hits" || name == "pending" || name == "lock") {
-      if (reply.fields.contains(name) || !in.uint(reply.fields[name])) return false;
-    } else {
-      return false;
+      read = in.uint(reply.id);
+      bit = kId;
+    } else if (name == "v") {
+      read = in.uint(reply.v);
+      bit = kV;
+    } else if (name == "hits") {
+      read = in.uint(reply.hits);
+      bit = kHits;
+    } else if (name == "pending") {
+      read = in.uint(reply.pending);
+      bit = kPending;
+    } else if (name == "lock") {
+      read = in.uint(reply.lock);
+      bit = kLock;
     }
+    if (!read || (seen & bit) != 0) return false;  // unknown, malformed or repeated
+    seen |= bit;
   }
-  return reply.ok && has_id;  // six distinct names: v, id, ok, hits, pending, lock
+  return true;  // six fields, none repeated: every one of them
 }
 
 }  // namespace
@@ -186,7 +196,13 @@ bool read_lookup_frame(std::span<const std::byte> frame, const DecodeLimits& lim
   return in.at_end();
 }
 
-bool read_lookup_replies(std::span<const std::byte> frame, std::vector<Reply>& out) {
+Reply LookupReplyItem::to_reply() const {
+  Reply r{.id = id, .ok = true};
+  r.fields = {{"v", v}, {"hits", hits}, {"pending", pending}, {"lock", lock}};
+  return r;
+}
+
+bool read_lookup_replies(std::span<const std::byte> frame, std::vector<LookupReplyItem>& out) {
   Reader in(frame);
   uint32_t count = 0;
   // The count is the peer's word: bounded before anything is allocated for it (a server sends
@@ -195,7 +211,7 @@ bool read_lookup_replies(std::span<const std::byte> frame, std::vector<Reply>& o
     return false;
   }
   out.resize(count);
-  for (Reply& reply : out) {
+  for (LookupReplyItem& reply : out) {
     if (!read_lookup_reply(in, reply)) return false;
   }
   return in.at_end();

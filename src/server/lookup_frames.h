@@ -47,9 +47,21 @@ struct LookupFrame {
 bool read_lookup_frame(std::span<const std::byte> frame, const DecodeLimits& limits,
                        LookupFrame& out);
 
+// One LOOKUP success reply of a reply frame: its fields, without a Reply's field map.
+struct LookupReplyItem {
+  uint64_t id = 0;
+  uint64_t v = 0;
+  uint64_t hits = 0;
+  uint64_t pending = 0;
+  uint64_t lock = 0;
+
+  Reply to_reply() const;  // as decode_replies gives it
+};
+
 // A reply frame holding an array of 1 to kMaxBatchRequests LOOKUP success replies, each with
 // exactly the fields v, id, ok (true), hits, pending and lock, unsigned, in any order, and nothing
-// after it. On true, `out` holds each reply as decode_replies gives it. Anything else: false.
-bool read_lookup_replies(std::span<const std::byte> frame, std::vector<Reply>& out);
+// after it. On true, `out` holds each reply; to_reply() is what decode_replies gives for it.
+// Anything else: false.
+bool read_lookup_replies(std::span<const std::byte> frame, std::vector<LookupReplyItem>& out);
 
 }  // namespace kvtier::server

@@ -18,14 +18,57 @@ void append_packed(std::string& frame, Pack&& pack) {
   frame.append(buffer.data(), buffer.size());
 }
 
-// A msgpack stream into a fixed buffer, for a message of known small size (one append).
-struct FixedStream {
-  char data[96];
-  size_t size = 0;
-  void write(const char* p, size_t n) {
-    std::memcpy(data + size, p, n);
-    size += n;
+// MessagePack written by hand into a buffer sized beforehand, in the forms msgpack-c's packer
+// picks (the smallest), for the messages sent by the thousand.
+class DirectWriter {
+ public:
+  explicit DirectWriter(char* at) : p_(at) {}
+  char* end() const { return p_; }
+
+  void raw(std::string_view bytes) {
+    std::memcpy(p_, bytes.data(), bytes.size());
+    p_ += bytes.size();
   }
+  void uint(uint64_t v) {
+    if (v < 0x80) {
+      *p_++ = static_cast<char>(v);
+    } else if (v <= 0xff) {
+      tagged(0xcc, v, 1);
+    } else if (v <= 0xffff) {
+      tagged(0xcd, v, 2);
+    } else if (v <= 0xffffffff) {
+      tagged(0xce, v, 4);
+    } else {
+      tagged(0xcf, v, 8);
+    }
+  }
+  void array(size_t n) {
+    if (n < 16) {
+      *p_++ = static_cast<char>(0x90 | n);
+    } else if (n <= 0xffff) {
+      tagged(0xdc, n, 2);
+    } else {
+      tagged(0xdd, n, 4);
+    }
+  }
+  void key(const ChunkKey& k) {  // a 16-byte bin, little-endian halves as pack_keys packs them
+    *p_++ = static_cast<char>(0xc4);
+    *p_++ = 16;
+    std::memcpy(p_, &k.lo, 8);
+    std::memcpy(p_ + 8, &k.hi, 8);
+    p_ += 16;
+  }
+
+  static constexpr size_t kMaxUint = 9;
+  static constexpr size_t kMaxArray = 5;
+  static constexpr size_t kKey = 18;
+
+ private:
+  void tagged(uint8_t tag, uint64_t v, size_t width) {
+    *p_++ = static_cast<char>(tag);
+    for (size_t i = width; i-- > 0;) *p_++ = static_cast<char>(v >> (8 * i));
+  }
+  char* p_;
 };
 
 void pack_keys(msgpack::packer<msgpack::sbuffer>& pk, std::span<const ChunkKey> keys) {
@@ -40,23 +83,7 @@ void pack_keys(msgpack::packer<msgpack::sbuffer>& pk, std::span<const ChunkKey> 
   }
 }
 
-void pack_lookup(msgpack::packer<msgpack::sbuffer>& pk, uint64_t id, std::span<const ChunkKey> keys,
-                 uint64_t lock_ms) {
-  pk.pack_map(5);
-  pk.pack("v"), pk.pack(kProtocolVersion);
-  pk.pack("id"), pk.pack(id);
-  const std::string_view op = to_string(Op::kLookup);
-  pk.pack("op"), pk.pack_str(static_cast<uint32_t>(op.size())),
-      pk.pack_str_body(op.data(), op.size());
-  pack_keys(pk, keys);
-  pk.pack("lock_ms"), pk.pack(lock_ms);
-}
-
 void pack_request(msgpack::packer<msgpack::sbuffer>& pk, const Request& r) {
-  if (r.op == Op::kLookup && r.hook == TestHook::kNone) {
-    pack_lookup(pk, r.id, r.keys, r.lock_ms);
-    return;
-  }
   const bool keyed = r.op == Op::kLookup || r.op == Op::kStore || r.op == Op::kRetrieve ||
                      r.op == Op::kPin || r.op == Op::kUnpin;
   const bool moves = r.op == Op::kStore || r.op == Op::kRetrieve;
@@ -147,13 +174,36 @@ std::string encode_reply(const Reply& r) {
 }
 
 void append_request(std::string& frame, const Request& r) {
+  if (r.op == Op::kLookup && r.hook == TestHook::kNone) {
+    append_lookup_request(frame, r.id, r.keys, r.lock_ms);
+    return;
+  }
   append_packed(frame, [&](msgpack::packer<msgpack::sbuffer>& pk) { pack_request(pk, r); });
 }
 
 void append_lookup_request(std::string& frame, uint64_t id, std::span<const ChunkKey> keys,
                            uint64_t lock_ms) {
-  append_packed(frame,
-                [&](msgpack::packer<msgpack::sbuffer>& pk) { pack_lookup(pk, id, keys, lock_ms); });
+  // {"v": version, "id": id, "op": "LOOKUP", "keys": [bin16...], "lock_ms": lock_ms}
+  static_assert(kProtocolVersion < 0x80 && sizeof(ChunkKey) == 16);
+  constexpr std::string_view kHead = "\x85\xa1v";
+  constexpr std::string_view kId = "\xa2id";
+  constexpr std::string_view kOpKeys = "\xa2op\xa6LOOKUP\xa4keys";
+  constexpr std::string_view kLockMs = "\xa7lock_ms";
+  const size_t before = frame.size();
+  frame.resize(before + kHead.size() + 1 + kId.size() + DirectWriter::kMaxUint + kOpKeys.size() +
+               DirectWriter::kMaxArray + keys.size() * DirectWriter::kKey + kLockMs.size() +
+               DirectWriter::kMaxUint);
+  DirectWriter out(frame.data() + before);
+  out.raw(kHead);
+  out.uint(kProtocolVersion);
+  out.raw(kId);
+  out.uint(id);
+  out.raw(kOpKeys);
+  out.array(keys.size());
+  for (const ChunkKey& k : keys) out.key(k);
+  out.raw(kLockMs);
+  out.uint(lock_ms);
+  frame.resize(static_cast<size_t>(out.end() - frame.data()));
 }
 
 void append_reply(std::string& frame, const Reply& r) {
@@ -162,16 +212,37 @@ void append_reply(std::string& frame, const Reply& r) {
 
 void append_lookup_reply(std::string& frame, uint64_t id, uint64_t hits, bool pending,
                          uint64_t lock) {
-  FixedStream stream;  // at most 1 + 2 + 2 + 3 + 9 + 3 + 1 + 5 + 9 + 5 + 9 + 8 + 1 = 58 bytes
-  msgpack::packer<FixedStream> pk(stream);
-  pk.pack_map(6);  // the fields LookupAnswer::reply sets, as append_reply packs them
-  pk.pack("v"), pk.pack(kProtocolVersion);
-  pk.pack("id"), pk.pack(id);
-  pk.pack("ok"), pk.pack(true);
-  pk.pack("hits"), pk.pack(hits);
-  pk.pack("pending"), pk.pack(uint64_t{pending ? 1u : 0u});
-  pk.pack("lock"), pk.pack(lock);
-  frame.append(stream.data, stream.size);
+  // The fields LookupAnswer::reply sets, as append_reply packs them: {"v", "id", "ok": true,
+  // "hits", "pending": 0 or 1, "lock"}.
+  constexpr std::string_view kHead = "\x86\xa1v";
+  constexpr std::string_view kId = "\xa2id";
+  constexpr std::string_view kOkHits = "\xa2ok\xc3\xa4hits";
+  constexpr std::string_view kPending = "\xa7pending";
+  constexpr std::string_view kLock = "\xa4lock";
+  const size_t before = frame.size();
+  frame.resize(before + kHead.size() + 1 + kId.size() + kOkHits.size() + kPending.size() + 1 +
+               kLock.size() + 3 * DirectWriter::kMaxUint);
+  DirectWriter out(frame.data() + before);
+  out.raw(kHead);
+  out.uint(kProtocolVersion);
+  out.raw(kId);
+  out.uint(id);
+  out.raw(kOkHits);
+  out.uint(hits);
+  out.raw(kPending);
+  out.uint(pending ? 1 : 0);
+  out.raw(kLock);
+  out.uint(lock);
+  frame.resize(static_cast<size_t>(out.end() - frame.data()));
+}
+
+std::string_view BatchFrame::batch(size_t count) {
+  char header[kHeaderRoom];
+  DirectWriter out(header);
+  out.array(count);
+  const size_t n = static_cast<size_t>(out.end() - header);
+  std::memcpy(bytes.data() + kHeaderRoom - n, header, n);
+  return std::string_view(bytes).substr(kHeaderRoom - n);
 }
 
 std::string encode_batch(size_t count, std::string_view body) {

@@ -43,7 +43,7 @@ uint64_t random_boot_id() {
   return id == 0 ? 1 : id;
 }
 
-void send_to(zmq::socket_t& router, const std::string& client, const std::string& body) {
+void send_to(zmq::socket_t& router, const std::string& client, std::string_view body) {
   // Non-blocking: a client that went away (or whose queue is full) loses the reply; it never
   // stalls the loop. Its future then ends by its own deadline (F8).
   try {
@@ -102,13 +102,15 @@ class SocketLoop {
   struct Answers {
     CacheService& service;
     const std::string& client;
-    std::string body;
+    BatchFrame& frame;  // the loop's, cleared for each frame received
     size_t count = 0;
     void add(const Reply& reply) {
       service.account(client, reply);
-      append_reply(body, reply);
+      append_reply(frame.bytes, reply);
       ++count;
     }
+    // The replies as a frame: a batch's, or the one reply to a single request.
+    std::string_view reply_frame(bool batch) { return batch ? frame.batch(count) : frame.body(); }
   };
   // One request: answers bad requests, disabled hooks, PING, requests over the client's
   // in-flight limit and (lookup_now) LOOKUP itself, adding the reply to `now`; posts the rest
@@ -140,6 +142,7 @@ class SocketLoop {
   const uint64_t boot_id_;
   const DecodeLimits limits_;
   LookupFrame lookups_;  // the frame being admitted, when read_lookup_frame took it
+  BatchFrame answers_;   // the replies to it given at once (Answers)
   const Duration client_timeout_;
   const uint32_t max_in_flight_;
   HostDevice host_;
@@ -312,7 +315,8 @@ void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& p
     return;
   }
   const std::span<const std::byte> frame = as_bytes(parts[1].to_string_view());
-  Answers now{*service_, client};
+  answers_.clear();
+  Answers now{*service_, client, answers_};
   if (read_lookup_frame(frame, limits_, lookups_)) {  // plain LOOKUPs, read without a Request
     if (lookups_.batch) ++counters_.batch_frames;
     for (const LookupItem& item : lookups_.items) {
@@ -323,7 +327,7 @@ void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& p
                    now);
     }
     if (now.count > 0) {
-      send_to(router_, client, lookups_.batch ? encode_batch(now.count, now.body) : now.body);
+      send_to(router_, client, now.reply_frame(lookups_.batch));
     }
     return;
   }
@@ -331,7 +335,7 @@ void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& p
     uint64_t id = 0;
     auto request = decode_request(frame, limits_, &id);
     admit_one(client, peer, std::move(request), id, now);
-    if (now.count > 0) send_to(router_, client, now.body);
+    if (now.count > 0) send_to(router_, client, now.reply_frame(false));
     return;
   }
   ++counters_.batch_frames;
@@ -345,7 +349,7 @@ void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& p
     answer(client, Reply::error(0, code, message));
     return;
   }
-  if (now.count > 0) send_to(router_, client, encode_batch(now.count, now.body));
+  if (now.count > 0) send_to(router_, client, now.reply_frame(true));
 }
 
 void SocketLoop::admit_one(const std::string& client, Peer& peer, Result<Request> request,
@@ -409,7 +413,7 @@ void SocketLoop::admit_lookup(const std::string& client, Peer& peer, const Looku
       if (answer->error) {
         now.add(*answer->error);
       } else {
-        append_lookup_reply(now.body, query.id, answer->hits, answer->pending, answer->lock);
+        append_lookup_reply(now.frame.bytes, query.id, answer->hits, answer->pending, answer->lock);
         ++now.count;
       }
       return;
@@ -434,7 +438,7 @@ void SocketLoop::forward(std::vector<zmq::message_t>& parts) {
   if (auto it = peers_.find(client); it != peers_.end() && it->second.in_flight > 0) {
     --it->second.in_flight;
   }
-  send_to(router_, client, parts.at(1).to_string());
+  send_to(router_, client, parts.at(1).to_string_view());
 }
 
 void SocketLoop::reap(TimePoint now) {

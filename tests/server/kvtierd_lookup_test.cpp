@@ -462,5 +462,38 @@ TEST_F(KvtierdLookupTest, ClientBatchesQueuedRequestsAndEveryFutureGetsItsReply)
   EXPECT_TRUE(batched) << "no batch frame in 50 rounds of 256 queued lookups";
 }
 
+// lookup_many: thousands of LOOKUPs (several batch frames) of different lengths, each answered
+// in its own place; and a LOOKUP sent as a plain Request gets its reply as a Reply.
+TEST_F(KvtierdLookupTest, ClientLookupManyAnswersEveryLookupInItsPlace) {
+  start();
+  SharedKvRegion region;
+  auto client = connect(region);
+  const auto keys = test_keys(90, 8);
+  ASSERT_EQ(client->store(1, 0, keys, consecutive_blocks(0, 8, 4)).get().outcome,
+            Outcome::kCompleted);
+  const ChunkKey missing{0xdead, 0xbeef};
+  server::LookupBatch batch;
+  constexpr size_t kLookups = 3000;
+  for (size_t i = 0; i < kLookups; ++i) {
+    std::vector<ChunkKey> lookup(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(i % 9));
+    if (i % 2 == 1) lookup.push_back(missing);
+    batch.add(lookup);
+  }
+  const auto found = client->lookup_many(std::move(batch)).get();
+  ASSERT_EQ(found.size(), kLookups);
+  for (size_t i = 0; i < kLookups; ++i) {
+    ASSERT_TRUE(found[i]) << i << ": " << found[i].error().message;
+    EXPECT_EQ(found[i]->hits, i % 9) << i;
+    EXPECT_EQ(found[i]->lock, 0u) << i;
+  }
+  EXPECT_TRUE(client->lookup_many({}).get().empty());
+
+  auto plain =
+      client->call(lookup_request(0, {keys[0], keys[1], missing}), std::chrono::seconds(5)).get();
+  ASSERT_TRUE(plain) << plain.error().message;
+  EXPECT_EQ(plain->field("hits"), 2u);
+  EXPECT_TRUE(plain->fields.contains("lock"));
+}
+
 }  // namespace
 }  // namespace kvtier::testing

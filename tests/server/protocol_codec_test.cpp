@@ -2,6 +2,7 @@
 // error code (never a crash, never an exception).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <msgpack.hpp>
 #include <optional>
 #include <tuple>
@@ -317,17 +318,67 @@ TEST(ProtocolCodec, MemfdRegistrationRoundTrips) {
   EXPECT_EQ(out->memory.bytes, 4096u);
 }
 
+// Unsigned values at each edge of MessagePack's integer forms.
+const std::vector<uint64_t> kEveryWidth = {0,     127,   128,        255,        256,
+                                           65535, 65536, 0xffffffff, 1ull << 32, ~0ull};
+
 // The socket loop's LOOKUP reply, encoded without a Reply, is the Reply the service would send.
 TEST(ProtocolCodec, LookupReplyWithoutAReplyIsTheSameBytes) {
-  for (const auto& [hits, pending, lock] : {std::tuple<uint64_t, bool, uint64_t>{0, false, 0},
-                                            {3, true, 7},
-                                            {1u << 20, false, ~0ull}}) {
+  for (size_t i = 0; i < kEveryWidth.size(); ++i) {
+    const uint64_t id = kEveryWidth[i];
+    const uint64_t hits = kEveryWidth[(i + 3) % kEveryWidth.size()];
+    const uint64_t lock = kEveryWidth[(i + 7) % kEveryWidth.size()];
+    const bool pending = i % 2 == 1;
     Reply in;
-    in.id = 1ull << 40;
+    in.id = id;
     in.fields = {{"hits", hits}, {"pending", pending ? 1u : 0u}, {"lock", lock}};
-    std::string fast;
+    std::string fast = "prefix";
     append_lookup_reply(fast, in.id, hits, pending, lock);
-    EXPECT_EQ(fast, encode_reply(in));
+    EXPECT_EQ(fast, "prefix" + encode_reply(in)) << i;
+  }
+}
+
+// A LOOKUP request, encoded by hand, is the map msgpack-c packs for it, at every integer width
+// and every form of the keys' array header.
+TEST(ProtocolCodec, LookupRequestIsTheMapMsgpackPacks) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{65535}, size_t{65536}}) {
+    for (size_t i = 0; i < kEveryWidth.size(); ++i) {
+      const uint64_t id = kEveryWidth[i];
+      const uint64_t lock_ms = kEveryWidth[(i + 5) % kEveryWidth.size()];
+      std::vector<ChunkKey> keys;
+      for (size_t k = 0; k < n; ++k) keys.push_back(ChunkKey{k * 0x0101010101ull, ~k});
+      msgpack::sbuffer expected;
+      msgpack::packer<msgpack::sbuffer> pk(expected);
+      pk.pack_map(5);
+      pk.pack("v"), pk.pack(kProtocolVersion);
+      pk.pack("id"), pk.pack(id);
+      pk.pack("op"), pk.pack(std::string("LOOKUP"));
+      pk.pack("keys"), pk.pack_array(static_cast<uint32_t>(n));
+      for (const ChunkKey& k : keys) {
+        char bytes[16];
+        std::memcpy(bytes, &k.lo, 8);
+        std::memcpy(bytes + 8, &k.hi, 8);
+        pk.pack_bin(16), pk.pack_bin_body(bytes, 16);
+      }
+      pk.pack("lock_ms"), pk.pack(lock_ms);
+      std::string fast = "prefix";
+      append_lookup_request(fast, id, keys, lock_ms);
+      ASSERT_EQ(fast, "prefix" + std::string(expected.data(), expected.size())) << n << " " << i;
+      Request r{.id = id, .op = Op::kLookup, .keys = keys, .lock_ms = lock_ms};
+      EXPECT_EQ(encode_request(r), fast.substr(6));  // append_request sends a LOOKUP the same way
+    }
+  }
+}
+
+TEST(ProtocolCodec, ABatchBuiltInPlaceIsTheFrameEncodeBatchGives) {
+  BatchFrame frame;
+  for (size_t count : {size_t{1}, size_t{15}, size_t{16}, size_t{65535}, size_t{65536}}) {
+    frame.clear();
+    append_reply(frame.bytes, Reply{.id = count});
+    append_lookup_reply(frame.bytes, count + 1, 2, true, 3);
+    EXPECT_EQ(frame.body_size(), frame.body().size());
+    EXPECT_EQ(frame.batch(count), encode_batch(count, frame.body())) << count;
+    EXPECT_TRUE(frame.body().starts_with(encode_reply(Reply{.id = count})));
   }
 }
 

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <future>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,23 @@ struct Registration {
   SharedKvMemory memory;
 };
 
+// LOOKUPs given together (lookup_many), their keys in one vector rather than a vector each: the
+// i-th has keys[ends[i - 1], ends[i]) (from 0 for the first).
+struct LookupBatch {
+  std::vector<ChunkKey> keys;
+  std::vector<size_t> ends;
+
+  void add(std::span<const ChunkKey> lookup) {
+    keys.insert(keys.end(), lookup.begin(), lookup.end());
+    ends.push_back(keys.size());
+  }
+  size_t size() const { return ends.size(); }
+  std::span<const ChunkKey> operator[](size_t i) const {
+    const size_t begin = i == 0 ? 0 : ends[i - 1];
+    return std::span(keys).subspan(begin, ends[i] - begin);
+  }
+};
+
 struct LookupReply {
   size_t hits = 0;       // leading keys that are ready
   bool pending = false;  // the first non-hit is being stored
@@ -101,8 +119,8 @@ class CacheClient {
   // Many LOOKUPs at once, pipelined: lookups[i] is a LOOKUP request of its own, with its own
   // reply and lock, answered as lookup(lookups[i], lock_for) would be; queued together, so they
   // leave in batch frames. One future for all: element i answers lookups[i].
-  std::future<std::vector<Result<LookupReply>>> lookup_many(
-      std::vector<std::vector<ChunkKey>> lookups, Duration lock_for = {});
+  std::future<std::vector<Result<LookupReply>>> lookup_many(LookupBatch lookups,
+                                                            Duration lock_for = {});
   // keys[i] goes to / comes from device blocks blocks[i] of `group`. `hook` (here and in
   // release) is for tests.
   std::future<TransferResult> store(JobId job, uint32_t group, std::vector<ChunkKey> keys,

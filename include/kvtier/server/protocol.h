@@ -230,6 +230,20 @@ Status decode_batch(std::span<const std::byte> frame, const DecodeLimits& limits
 // One frame holding `count` encoded messages (each as encode_request or encode_reply gives it),
 // concatenated in `body`, as one MessagePack array.
 std::string encode_batch(size_t count, std::string_view body);
+// A frame built in place: messages appended to `bytes` (append_request, append_reply, ...) after
+// room for a batch's array header, which batch() writes into that room, so that a batch is sent
+// from where it was built, without encode_batch's copy. Reused from frame to frame (clear()).
+struct BatchFrame {
+  static constexpr size_t kHeaderRoom = 5;             // the largest MessagePack array header
+  std::string bytes = std::string(kHeaderRoom, '\0');  // the room, then the messages
+
+  size_t body_size() const { return bytes.size() - kHeaderRoom; }
+  // The messages as they are: a frame of its own when there is one.
+  std::string_view body() const { return std::string_view(bytes).substr(kHeaderRoom); }
+  // The `count` messages as one array frame: the bytes encode_batch(count, body()) gives.
+  std::string_view batch(size_t count);
+  void clear() { bytes.resize(kHeaderRoom); }  // keeps the capacity
+};
 // A reply frame: one reply (a map) or a batch of them (an array). Errors as decode_reply's; an
 // array element that is not a reply fails the whole frame.
 Result<std::vector<Reply>> decode_replies(std::span<const std::byte> frame);
