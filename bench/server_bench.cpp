@@ -443,6 +443,7 @@ void print(const Row& r, bool json, std::ostream& out) {
     j["redis_depth"] = r.redis_shape.depth;
     if (r.redis_benchmark > 0) {
       j[bytes ? "redis_benchmark_gbps" : "redis_benchmark_ops"] = r.redis_benchmark;
+      j["redis_benchmark_ratio"] = kv / r.redis_benchmark;  // against Redis's own tool
     }
     out << j.dump() << std::endl;
   } else {
