@@ -450,7 +450,7 @@ Result<LookupReply> lookup_result(ClientImpl::End end, Reply* reply, std::string
 // when skipped).
 template <class Done>
 ClientImpl::Call lookup_call(const ClientOptions& options, LookupBatch lookups, Duration lock_for,
-                             Done done) {
+                             const Done& done) {
   ClientImpl::Call call;
   call.deadline = SteadyClock::instance().now() + options.request_timeout;
   call.needs_ok = true;
