@@ -267,6 +267,10 @@ class CacheClient:
     def fail_stopped(self) -> bool: ...
     def wait_until_ok(self, timeout_s: float) -> bool: ...
     def lookup(self, keys: Sequence[str], lock_for_s: float = 0.0) -> LookupReply: ...
+    def lookup_many(
+        self, lookups: Sequence[Sequence[str]], lock_for_s: float = 0.0
+    ) -> list[LookupReply]:
+        """One reply per lookups[i], as lookup(lookups[i]) would give, in one round trip."""
     def store(self, job: int, keys: Sequence[str], blocks: Sequence[Sequence[int]], group: int = 0) -> JobVerdict:
         """blocks[i]: this client's blocks (of `group`) that hold the chunk keys[i]."""
     def retrieve(

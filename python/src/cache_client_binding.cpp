@@ -158,6 +158,27 @@ class CacheClient {
     return types().lookup_reply(reply.hits, reply.pending, reply.lock);
   }
 
+  py::list lookup_many(py::handle lookups_in, double lock_for_s) {
+    if (py::isinstance<py::str>(lookups_in) || !py::isinstance<py::sequence>(lookups_in)) {
+      throw KvError(ErrorCode::kInvalidArgument, "lookups: a list of lists of chunk keys");
+    }
+    server::LookupBatch batch;
+    for (py::handle keys : lookups_in) batch.add(parse_keys(keys));
+    const Duration lock_for = to_duration(lock_for_s, "lock_for_s");
+    std::shared_ptr<ClientState> s = state();
+    std::vector<Result<server::LookupReply>> found;
+    {
+      py::gil_scoped_release release;
+      found = s->client->lookup_many(std::move(batch), lock_for).get();
+    }
+    py::list out;
+    for (Result<server::LookupReply>& r : found) {
+      const server::LookupReply reply = value_or_raise(std::move(r));
+      out.append(types().lookup_reply(reply.hits, reply.pending, reply.lock));
+    }
+    return out;
+  }
+
   py::object store(JobId job, py::handle keys_in, py::handle blocks_in, uint32_t group) {
     return transfer(Direction::kStore, job, keys_in, blocks_in, group, 0);
   }
@@ -321,6 +342,12 @@ void bind_cache_client(py::module_& m) {
            "the next one is being stored or fetched from a lower tier (ask again). With "
            "`lock_for_s` > 0 the hits are read-locked that long (capped by server.lock_ttl_s) "
            "under `lock` (0: none): release() it or pass it to retrieve().")
+      .def("lookup_many", &CacheClient::lookup_many, py::arg("lookups"),
+           py::arg("lock_for_s") = 0.0,
+           "Many LOOKUPs at once: lookups[i] (a list of keys) is answered as lookup(lookups[i]) "
+           "would be, in one round trip for all (sent in batch frames). Returns one "
+           "kvtier.LookupReply per lookup; raises the first error if any lookup failed (locks "
+           "the others took then expire after lock_for_s).")
       .def("store", &CacheClient::store, py::arg("job"), py::arg("keys"), py::arg("blocks"),
            py::arg("group") = 0,
            "Copies blocks[i] (block ids of this client's memory, one list per key) of `group` "

@@ -113,6 +113,31 @@ def test_stored_chunks_are_found_and_retrieved_byte_for_byte_into_another_client
         assert b.tiers() == {} and stats["tiers"] == 0
 
 
+def test_lookup_many_answers_each_lookup_as_lookup_does(kvtierd):
+    keys = keys_of(kvtierd.config, 3)
+    missing = "f" * 32
+    with client_of(kvtierd) as c:
+        assert c.store(1, keys, [[0, 1], [2, 3], [4, 5]]).outcome == "completed"
+        lookups = [keys[: i % 4] + ([missing] if i % 2 else []) for i in range(2000)]
+        replies = c.lookup_many(lookups)
+        assert len(replies) == len(lookups)
+        for i, (lookup, reply) in enumerate(zip(lookups, replies)):
+            assert reply == kvtier.LookupReply(i % 4, False, 0), i
+            if i < 8:
+                assert c.lookup(lookup) == reply
+        assert c.lookup_many([]) == []
+        locked = c.lookup_many([keys[:2], keys[2:]], lock_for_s=5)
+        assert [r.hits for r in locked] == [2, 1] and all(r.lock != 0 for r in locked)
+        assert c.stats()["client_locked_keys"] == 3
+        for r in locked:
+            c.release(r.lock)
+        with pytest.raises(kvtier.Error) as e:
+            c.lookup_many([keys, "not a list of keys"])
+        assert e.value.code == "invalid_argument"
+        with pytest.raises(kvtier.Error):
+            c.lookup_many("abc")
+
+
 def test_a_lookup_lock_pins_the_hits_until_released_or_retrieved(kvtierd):
     keys = keys_of(kvtierd.config, 2)
     with client_of(kvtierd) as c:
