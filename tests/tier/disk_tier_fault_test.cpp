@@ -196,6 +196,8 @@ TEST(DiskTierHealth, H7_ADeletedSegmentFileMarksTheTierDownAndItRecovers) {
   for (uint64_t id = 0; id < 20; ++id) put_ok(*rig->tier, id);  // segments 1 (0-14) and 2
   const std::filesystem::path first = rig->disk->location_of(disk_key(3))->segment;
   ASSERT_NE(first, rig->disk->location_of(disk_key(17))->segment);
+  // Found present by an earlier call: each call checks its segments again.
+  ASSERT_EQ(get_one(*rig->tier, 3, kChunk), ChunkStatus::kOk);
   std::filesystem::remove(first);
 
   // The chunk's bytes are still readable through the open file, but the file is gone: the

@@ -169,7 +169,11 @@ class DiskTier final : public Tier {
   void maybe_compact(TimePoint deadline);
 
   // Called with mutex_ held.
-  Result<std::pair<SegmentPtr, uint64_t>> allocate_locked(uint64_t record_bytes);
+  // The segments a call found present (vanished_locked): each is checked once per call, not
+  // once per record (an fstat per record costs more than the rest of its preparation).
+  using CheckedSegments = std::vector<uint64_t>;  // segment ids
+  Result<std::pair<SegmentPtr, uint64_t>> allocate_locked(uint64_t record_bytes,
+                                                          CheckedSegments& checked);
   Status new_segment_locked();
   Status make_room_locked(uint64_t extra_bytes);
   void insert_locked(const ChunkKey& key, const SegmentPtr& segment, uint64_t offset,
@@ -177,8 +181,9 @@ class DiskTier final : public Tier {
   void erase_locked(const ChunkKey& key);
   void maybe_retire_locked(const SegmentPtr& segment);
   void retire_locked(const SegmentPtr& segment);
-  // True when `segment`'s file was deleted by someone else; forgets every such segment.
-  bool vanished_locked(const SegmentPtr& segment);
+  // True when `segment`'s file was deleted by someone else; forgets every such segment. A
+  // segment in `checked` was found present earlier in the call; one found present is added.
+  bool vanished_locked(const SegmentPtr& segment, CheckedSegments& checked);
   void forget_vanished_locked();
   Error broken_error_locked() const;
 

@@ -430,8 +430,9 @@ Status DiskTier::new_segment_locked() {
   return {};
 }
 
-Result<std::pair<DiskTier::SegmentPtr, uint64_t>> DiskTier::allocate_locked(uint64_t record_bytes) {
-  if (active_ && vanished_locked(active_)) return std::unexpected(broken_error_locked());
+Result<std::pair<DiskTier::SegmentPtr, uint64_t>> DiskTier::allocate_locked(
+    uint64_t record_bytes, CheckedSegments& checked) {
+  if (active_ && vanished_locked(active_, checked)) return std::unexpected(broken_error_locked());
   if (!active_ || active_->write_off + record_bytes > active_->bytes) {
     if (active_) {
       const SegmentPtr sealed = active_;
@@ -446,10 +447,13 @@ Result<std::pair<DiskTier::SegmentPtr, uint64_t>> DiskTier::allocate_locked(uint
   return std::pair{active_, offset};
 }
 
-bool DiskTier::vanished_locked(const SegmentPtr& segment) {
-  if (segment->retired) return false;
+bool DiskTier::vanished_locked(const SegmentPtr& segment, CheckedSegments& checked) {
+  if (segment->retired || std::ranges::find(checked, segment->id) != checked.end()) return false;
   struct stat st {};
-  if (::fstat(segment->fd, &st) == 0 && st.st_nlink > 0) return false;
+  if (::fstat(segment->fd, &st) == 0 && st.st_nlink > 0) {
+    checked.push_back(segment->id);
+    return false;
+  }
   forget_vanished_locked();
   return true;
 }
@@ -504,6 +508,7 @@ DiskTier::WriteResult DiskTier::write_records(std::span<const ChunkKey> keys,
   uint64_t largest = 0;
   for (const Source& s : sources) largest = std::max<uint64_t>(largest, s.payload.size());
   std::mutex failure_mutex;  // the thread engine prepares on several threads
+  CheckedSegments checked;   // under mutex_
 
   const auto prepare = [&](size_t i, IoSlot& slot, IoRequest& request) {
     const std::span<const std::byte> payload = sources[i].payload;
@@ -537,7 +542,7 @@ DiskTier::WriteResult DiskTier::write_records(std::span<const ChunkKey> keys,
         }
       }
       if (record_bytes > segment_bytes_) return false;  // kError: never fits
-      Result<std::pair<SegmentPtr, uint64_t>> at = allocate_locked(record_bytes);
+      Result<std::pair<SegmentPtr, uint64_t>> at = allocate_locked(record_bytes, checked);
       if (!at) {
         std::lock_guard failure(failure_mutex);
         result.error = at.error();
@@ -643,6 +648,7 @@ Result<std::vector<ChunkStatus>> DiskTier::do_get(std::span<const ChunkKey> keys
   std::vector<Found> found(n);
   std::optional<Error> failure;
   std::mutex failure_mutex;
+  CheckedSegments checked;  // under mutex_
   uint64_t largest = 0;
   for (const auto& d : dst) largest = std::max<uint64_t>(largest, d.size());
 
@@ -669,7 +675,7 @@ Result<std::vector<ChunkStatus>> DiskTier::do_get(std::span<const ChunkKey> keys
         erase_locked(keys[i]);
         return false;
       }
-      if (vanished_locked(it->second.segment)) {
+      if (vanished_locked(it->second.segment, checked)) {
         std::lock_guard f(failure_mutex);
         failure = broken_error_locked();
         return false;
