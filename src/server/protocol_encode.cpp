@@ -246,13 +246,9 @@ std::string_view BatchFrame::batch(size_t count) {
 }
 
 std::string encode_batch(size_t count, std::string_view body) {
-  std::string frame;
-  frame.reserve(body.size() + 5);
-  append_packed(frame, [&](msgpack::packer<msgpack::sbuffer>& pk) {
-    pk.pack_array(static_cast<uint32_t>(count));
-  });
-  frame += body;
-  return frame;
+  BatchFrame frame;
+  frame.bytes += body;
+  return std::string(frame.batch(count));
 }
 
 }  // namespace kvtier::server
