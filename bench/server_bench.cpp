@@ -85,15 +85,13 @@ std::vector<ChunkKey> chunk_keys_of(uint64_t round, uint32_t first, uint32_t n) 
   return keys;
 }
 
-// The keys of a LOOKUP of n chunks from `first` on, wrapping around the round's num_chunks: a
-// LOOKUP has its n keys whatever the chunk size (a pool of large chunks holds fewer than 64).
-std::vector<ChunkKey> lookup_keys_of(uint64_t round, uint32_t first, size_t n,
-                                     uint32_t num_chunks) {
-  std::vector<ChunkKey> keys;
-  keys.reserve(n);
+// Appends the keys of a LOOKUP of n chunks from `first` on, wrapping around the round's
+// num_chunks: a LOOKUP has its n keys whatever the chunk size (a pool of large chunks holds fewer
+// than 64).
+void append_lookup_keys(std::vector<ChunkKey>& keys, uint64_t round, uint32_t first, size_t n,
+                        uint32_t num_chunks) {
   for (size_t j = 0; j < n; ++j)
     keys.push_back(ChunkKey{.lo = (first + j) % num_chunks, .hi = round});
-  return keys;
 }
 
 // kvtierd: every chunk in requests of kChunksPerRequest, kWindow requests in flight.
@@ -139,7 +137,10 @@ double kvtier_lookups(server::CacheClient& client, size_t lookups, size_t keys_p
   for (size_t i = 0, n = 0; i < lookups; i += n) {
     const uint32_t first = static_cast<uint32_t>(i % num_chunks);
     n = std::min(keys_per_lookup, lookups - i);  // exactly `lookups` keys
-    window.emplace_back(client.lookup(lookup_keys_of(round, first, n, num_chunks)), n);
+    std::vector<ChunkKey> keys;
+    keys.reserve(n);
+    append_lookup_keys(keys, round, first, n, num_chunks);
+    window.emplace_back(client.lookup(std::move(keys)), n);
     if (window.size() >= window_size) check_one();
   }
   while (!window.empty()) check_one();
@@ -171,9 +172,7 @@ double kvtier_lookup_groups(server::CacheClient& client, size_t lookups, size_t 
     for (; i < lookups && batch.size() < group;) {
       const uint32_t first = static_cast<uint32_t>(i % num_chunks);
       const size_t n = std::min(keys_per_lookup, lookups - i);
-      for (size_t j = 0; j < n; ++j) {
-        batch.keys.push_back(ChunkKey{.lo = (first + j) % num_chunks, .hi = round});
-      }
+      append_lookup_keys(batch.keys, round, first, n, num_chunks);
       batch.ends.push_back(batch.keys.size());
       sizes.push_back(n);
       i += n;

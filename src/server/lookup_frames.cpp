@@ -146,7 +146,14 @@ bool read_lookup(Reader& in, LookupItem& item, std::vector<ChunkKey>& keys) {
 bool read_lookup_reply(Reader& in, LookupReplyItem& reply) {
   uint32_t fields = 0;
   if (!in.map(fields) || fields != 6) return false;
-  enum : unsigned { kV = 1, kId = 2, kOk = 4, kHits = 8, kPending = 16, kLock = 32 };
+  // Bit i of `seen`: kUnsigned[i] read; the last bit: "ok".
+  static constexpr std::pair<std::string_view, uint64_t LookupReplyItem::*> kUnsigned[] = {
+      {"id", &LookupReplyItem::id},
+      {"v", &LookupReplyItem::v},
+      {"hits", &LookupReplyItem::hits},
+      {"pending", &LookupReplyItem::pending},
+      {"lock", &LookupReplyItem::lock}};
+  constexpr unsigned kOk = 1u << std::size(kUnsigned);
   unsigned seen = 0;
   for (uint32_t f = 0; f < fields; ++f) {
     std::string_view name;
@@ -157,21 +164,11 @@ bool read_lookup_reply(Reader& in, LookupReplyItem& reply) {
       bool ok = false;
       read = in.boolean(ok) && ok;
       bit = kOk;
-    } else if (name == "id") {
-      read = in.uint(reply.id);
-      bit = kId;
-    } else if (name == "v") {
-      read = in.uint(reply.v);
-      bit = kV;
-    } else if (name == "hits") {
-      read = in.uint(reply.hits);
-      bit = kHits;
-    } else if (name == "pending") {
-      read = in.uint(reply.pending);
-      bit = kPending;
-    } else if (name == "lock") {
-      read = in.uint(reply.lock);
-      bit = kLock;
+    }
+    for (size_t i = 0; i < std::size(kUnsigned) && bit == 0; ++i) {
+      if (name != kUnsigned[i].first) continue;
+      read = in.uint(reply.*kUnsigned[i].second);
+      bit = 1u << i;
     }
     if (!read || (seen & bit) != 0) return false;  // unknown, malformed or repeated
     seen |= bit;
