@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "kvtier/tier/tier_factory.h"
+#include "staging_buffers.h"
 
 namespace kvtier {
 
@@ -52,6 +53,10 @@ TierMover::TierMover(CacheManager& cache, std::vector<const HostPool*> pools,
   if (options_.write_queue_chunks == 0 || options_.write_batch_chunks == 0) {
     throw std::invalid_argument("TierMover: write_queue_chunks and write_batch_chunks must be > 0");
   }
+  if (!tiers_.empty()) {
+    staging_ = std::make_unique<cache_internal::StagingBuffers>(
+        chunk_bytes(), options_.write_queue_chunks + options_.write_batch_chunks);
+  }
   writer_ = std::thread([this] { writer_loop(); });
   prefetcher_ = std::thread([this] { prefetch_loop(); });
 }
@@ -76,22 +81,25 @@ void TierMover::publish_events(KvEventPublisher* publisher, uint32_t block_size)
 // ---- write-behind ----
 
 bool TierMover::enqueue_write(const ChunkKey& key, SlotId slot) {
+  std::optional<uint32_t> staging;
   {
     std::lock_guard lock(mutex_);
-    if (write_queue_.size() >= options_.write_queue_chunks) {
+    if (write_queue_.size() < options_.write_queue_chunks) staging = staging_->take();
+    if (!staging) {
       ++counters_.writes_dropped;  // back-pressure drops, never blocks
       return false;
     }
   }
-  // Copied now, on the owner thread: the slot may be rewritten once the caller goes on.
-  WriteEntry entry{key, std::vector<std::byte>(chunk_bytes())};
+  // Copied now, on the owner thread: the slot may be rewritten once the caller goes on. The
+  // buffer is the writer's alone until write_batch gives it back.
+  const std::span<std::byte> bytes = staging_->bytes(*staging);
   for (size_t p = 0; p < pools_.size(); ++p) {
-    std::memcpy(entry.bytes.data() + p * cache_.slot_bytes(), pools_[p]->slot_ptr(slot),
+    std::memcpy(bytes.data() + p * cache_.slot_bytes(), pools_[p]->slot_ptr(slot),
                 cache_.slot_bytes());
   }
   {
     std::lock_guard lock(mutex_);
-    write_queue_.push_back(std::move(entry));
+    write_queue_.push_back(WriteEntry{key, *staging});
     ++counters_.writes_enqueued;
   }
   work_cv_.notify_all();
@@ -152,7 +160,7 @@ void TierMover::write_batch(std::vector<WriteEntry>& batch) {
   std::vector<std::span<const std::byte>> chunks;
   for (const WriteEntry& e : batch) {
     keys.push_back(e.key);
-    chunks.push_back(e.bytes);
+    chunks.push_back(staging_->bytes(e.staging));  // bytes() reads only what never changes
   }
   std::vector<bool> stored(batch.size(), false);
   for (MoverTier& t : tiers_) {
@@ -164,6 +172,7 @@ void TierMover::write_batch(std::vector<WriteEntry>& batch) {
   }
   const auto n = static_cast<uint64_t>(std::ranges::count(stored, true));
   std::lock_guard lock(mutex_);
+  for (const WriteEntry& e : batch) staging_->give(e.staging);  // the tiers are done with them
   counters_.chunks_demoted += n;
   counters_.demote_failures += batch.size() - n;
 }

@@ -161,6 +161,29 @@ TEST(TierMover, FullWriteQueueDropsChunksInsteadOfBlocking) {
   EXPECT_EQ(rig.mover->counters().chunks_demoted, 3u);
 }
 
+TEST(TierMover, AStagedCopyIsReusedOnlyAfterItsPutReturns) {
+  // The write queue's copies live in a fixed set of staging buffers. One handed out again while
+  // a tier still reads it would demote another chunk's bytes under this key.
+  FakeTier* fake = nullptr;
+  std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});
+  Rig rig(8, std::move(tiers), {.write_queue_chunks = 2, .write_batch_chunks = 1});
+  std::optional<HeldPuts> held(fake);
+  rig.store({1});
+  ASSERT_TRUE(fake->wait_blocked_in_put(kIdle));  // chunk 1's copy is in the tier's hands
+  rig.store({2, 3});                              // two more copies while it is
+  held.reset();
+  ASSERT_TRUE(rig.mover->wait_idle(kIdle));
+  for (uint64_t round = 0; round < 3; ++round) {  // and the buffers, given back, serve again
+    rig.store({4 + 2 * round, 5 + 2 * round});
+    ASSERT_TRUE(rig.mover->wait_idle(kIdle));
+  }
+  for (uint64_t id = 1; id <= 9; ++id) {
+    ASSERT_TRUE(fake->holds(key(id))) << id;
+    EXPECT_EQ(fake->bytes_of(key(id)), pattern(id)) << id;
+  }
+  EXPECT_EQ(rig.mover->counters().writes_dropped, 0u);
+}
+
 TEST(TierMover, OnEvictDemotesEvictedChunksBeforeTheirSlotsAreRewritten) {
   FakeTier* fake = nullptr;
   std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});

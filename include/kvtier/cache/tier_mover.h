@@ -65,6 +65,10 @@
 
 namespace kvtier {
 
+namespace cache_internal {
+class StagingBuffers;
+}
+
 enum class WritePolicy { kOnStore, kOnEvict };
 // "on_store" | "on_evict" (the tiers.write_policy config values); kInvalidArgument otherwise.
 Result<WritePolicy> parse_write_policy(std::string_view name);
@@ -173,7 +177,7 @@ class TierMover {
  private:
   struct WriteEntry {
     ChunkKey key;
-    std::vector<std::byte> bytes;
+    uint32_t staging;  // the buffer in staging_ holding its bytes
   };
   struct PrefetchJob {
     std::vector<ChunkKey> keys;
@@ -202,6 +206,9 @@ class TierMover {
   std::condition_variable idle_cv_;
   bool stopping_ = false;
   std::deque<WriteEntry> write_queue_;
+  // The write queue's copies: write_queue_chunks + write_batch_chunks buffers (the queue and the
+  // batch being written); none without tiers.
+  std::unique_ptr<cache_internal::StagingBuffers> staging_;
   bool writing_ = false;
   std::deque<PrefetchJob> prefetch_queue_;
   bool prefetching_ = false;
