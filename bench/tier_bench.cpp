@@ -167,8 +167,7 @@ class RawDisk {
   }
 
  private:
-  double run(bool write, const PoolChunks& bufs, size_t begin, size_t end,
-             size_t batch) {
+  double run(bool write, const PoolChunks& bufs, size_t begin, size_t end, size_t batch) {
     end = std::min(end, count_);
     const auto t0 = Clock::now();
     if (uring_) {
@@ -424,7 +423,8 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
             }
             if (side == 1 && writing) s_write += plain.write(written, begin, end);
             if (side == 1 && !writing) s_read += plain.read(read_into, begin, end);
-            if (side == 2 && writing) s_bwrite += batched.write(written, begin, end, o.batch_chunks);
+            if (side == 2 && writing)
+              s_bwrite += batched.write(written, begin, end, o.batch_chunks);
             if (side == 2 && !writing) {
               s_bread += batched.read(read_into, begin, end, o.batch_chunks);
             }

@@ -18,7 +18,8 @@ StagingBuffers::StagingBuffers(size_t bytes, size_t count)
   }
   if (stride_ > SIZE_MAX / count) throw std::bad_alloc();
   mapped_ = stride_ * count;
-  void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   (void)madvise(p, mapped_, MADV_HUGEPAGE);  // advice only
   base_ = static_cast<std::byte*>(p);

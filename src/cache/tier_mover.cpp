@@ -139,7 +139,7 @@ void TierMover::writer_loop() {
                         [&] { return stopping_ || !write_queue_.empty(); });
       if (stopping_) return;
       while (!write_queue_.empty() && batch.size() < options_.write_batch_chunks) {
-        batch.push_back(std::move(write_queue_.front()));
+        batch.push_back(write_queue_.front());
         write_queue_.pop_front();
       }
       writing_ = !batch.empty();

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
-#include <string>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
