@@ -168,12 +168,6 @@ Result<std::unique_ptr<HostPool>> HostPool::map_and_register(std::unique_ptr<Hos
                           size_text(pool->slot_bytes_, pool->num_slots_) + "): " + os_error(err));
   }
   pool->base_ = static_cast<std::byte*>(p);
-  // Anonymous memory in 2 MiB pages where the kernel has them (transparent huge pages in
-  // "madvise" mode, the common default). A device's DMA takes a descriptor per physically
-  // contiguous run: on 4 KiB pages handed out by a fragmented allocator a 2 MiB slot can be
-  // hundreds of runs, and a virtual disk read into such memory ran at half the speed of the same
-  // read into contiguous memory. Advice only: without huge pages the pool works the same.
-  if (fd < 0) (void)madvise(p, pool->bytes(), MADV_HUGEPAGE);
   if (pool->device_ == nullptr) return pool;
   try {
     pool->base_address_ = pool->device_->register_host(pool->base_, pool->bytes());

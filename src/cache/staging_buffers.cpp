@@ -21,7 +21,6 @@ StagingBuffers::StagingBuffers(size_t bytes, size_t count)
   void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
-  (void)madvise(p, mapped_, MADV_HUGEPAGE);  // advice only
   base_ = static_cast<std::byte*>(p);
   free_.reserve(count);
   for (size_t i = count; i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));

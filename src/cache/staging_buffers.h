@@ -1,10 +1,8 @@
 // StagingBuffers: `count` buffers of `bytes` each, in one anonymous mapping, handed out and
 // taken back. Each buffer starts on a 4 KiB boundary, so the disk tier writes straight from it
-// with O_DIRECT instead of copying it into a bounce buffer first, and the mapping asks for
-// 2 MiB pages (MADV_HUGEPAGE), so a device's DMA meets few physically contiguous runs rather
-// than one per 4 KiB page. Pages are faulted in on first use and then reused (the most recently
-// returned buffer goes out first): memory grows to the most buffers ever out at once, never
-// beyond count * bytes, and nothing is allocated per chunk.
+// with O_DIRECT instead of copying it into a bounce buffer first. Pages are faulted in on first
+// use and then reused (the most recently returned buffer goes out first): memory grows to the
+// most buffers ever out at once, never beyond count * bytes, and nothing is allocated per chunk.
 //
 // Thread-safety: none; the owner serializes take and give (TierMover under its mutex). A
 // buffer's bytes belong to whoever took it until it is given back.

@@ -59,21 +59,4 @@ inline void expect_conserved(const CacheManager& m) {
   EXPECT_TRUE(audit.has_value()) << audit.error().to_string();
 }
 
-// Whether the mapping holding `p` was advised MADV_HUGEPAGE ("hg" in its /proc/self/smaps
-// VmFlags).
-inline bool advised_huge_pages(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto at = reinterpret_cast<uintptr_t>(p);
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    unsigned long long lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
-      inside = lo <= at && at < hi;
-    } else if (inside && line.starts_with("VmFlags:")) {
-      return (line + " ").find(" hg ") != std::string::npos;
-    }
-  }
-  return false;
-}
-
 }  // namespace kvtier::cache_test

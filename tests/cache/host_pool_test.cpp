@@ -9,7 +9,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "cache_test_util.h"
 #include "kvtier/device/device_fault.h"
 #include "kvtier/device/host_device.h"
 
@@ -85,15 +84,6 @@ TEST(HostPool, AnonymousPoolIsPageAlignedRegisteredAndSliced) {
   }
   EXPECT_TRUE(device.registered.empty());
   EXPECT_EQ(device.unregistrations, 1);
-}
-
-TEST(HostPool, AnonymousPoolAsksForHugePages) {
-  // A device's DMA takes a descriptor per physically contiguous run: the pool asks for 2 MiB
-  // pages rather than leave its slots scattered over 4 KiB pages.
-  HostDevice device;
-  auto pool = HostPool::create(device, size_t{1} << 20, 8);
-  ASSERT_TRUE(pool.has_value()) << pool.error().to_string();
-  EXPECT_TRUE(cache_test::advised_huge_pages((*pool)->slot_ptr(3)));
 }
 
 TEST(HostPool, RejectsZeroAndOverflowingSizesByName) {

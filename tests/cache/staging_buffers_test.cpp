@@ -6,7 +6,6 @@
 #include <set>
 #include <stdexcept>
 
-#include "cache_test_util.h"
 
 namespace kvtier::cache_internal {
 namespace {
@@ -35,7 +34,6 @@ TEST(StagingBuffers, HandsOutEachBufferOnceAlignedForDirectIo) {
   staging.give(taken[1]);
   EXPECT_EQ(staging.take(), taken[1]);  // the one given back, and only it
   EXPECT_FALSE(staging.take().has_value());
-  EXPECT_TRUE(cache_test::advised_huge_pages(staging.bytes(taken[0]).data()));
 }
 
 TEST(StagingBuffers, RejectsAZeroSize) {
