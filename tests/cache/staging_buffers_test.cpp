@@ -6,7 +6,6 @@
 #include <set>
 #include <stdexcept>
 
-
 namespace kvtier::cache_internal {
 namespace {
 
