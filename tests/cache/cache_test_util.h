@@ -4,11 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <fstream>
 #include <initializer_list>
 #include <memory>
-#include <string>
 #include <string_view>
 #include <vector>
 
