@@ -153,7 +153,10 @@ const std::vector<Field>& config_fields() {
                     "Connections per Redis node, at most."),
         tiers.field("write_queue_chunks", &TiersConfig::write_queue_chunks, integer_in(1, 1 << 20),
                     "Chunks waiting to be written to the tiers, at most. When the queue is full "
-                    "a write is dropped and counted; the engine never waits for a tier."),
+                    "a write is dropped and counted; the engine never waits for a tier. Their "
+                    "copies live in staging buffers of this many chunks plus 16 (the batch being "
+                    "written), reserved at start and faulted in as used: memory grows to the most "
+                    "chunks ever queued and is kept for reuse."),
         tiers.field("write_policy", &TiersConfig::write_policy, one_of({"on_store", "on_evict"}),
                     "Which chunks go down to the tiers: every chunk stored in the host pool, or "
                     "only chunks evicted from it."),
