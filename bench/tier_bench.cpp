@@ -404,6 +404,16 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
       // The raw device in the tier's calling pattern: drained every batch_chunks.
       RawDisk batched(dir.path / "batched.bin", chunk_bytes, count, depth);
       raw_uring = plain.uring();
+      // An untimed pass of raw IO over all of the memory first (to a file of its own: the
+      // measured files stay freshly preallocated, as the tier's segments are), so that no side
+      // meets memory the kernel has not transferred from or into yet (the Redis rows below say
+      // why that matters here).
+      {
+        RawDisk warm(dir.path / "warm.bin", chunk_bytes, count, depth);
+        warm.write(written, 0, count);
+        warm.read(read_into, 0, count);
+      }
+      std::filesystem::remove(dir.path / "warm.bin");
       // The sides take turns slice by slice (8 MiB, the order rotating), so that all of them
       // meet the device in the same moods: a shared or virtual disk's speed drifts within
       // seconds.

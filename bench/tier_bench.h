@@ -5,7 +5,8 @@
 //          (io_uring, kept full the whole time). Gets are cold: O_DIRECT bypasses the page
 //          cache on both sides, and both move the same memory: the tier puts from one aligned
 //          mapping (as the tier mover's staging buffers are) and gets into host pool slots, and
-//          the raw IO writes from and reads into those same pages. The sides (and batch_*: the same
+//          the raw IO writes from and reads into those same pages, after an untimed pass of raw
+//          IO over that memory (to a file of its own). The sides (and batch_*: the same
 //          raw IO drained every batch_chunks, as the tier's calls are) take turns in 8 MiB slices,
 //          so that they meet a drifting device alike. Then op "verify": the tier's chunk checksum
 //          (xxh3, the widest build this CPU runs) vs Debian's libxxhash xxh3 over the same cold
