@@ -171,6 +171,44 @@ TEST_F(RedisTierTest, PoolServesConcurrentCallersWithinItsSize) {
   EXPECT_LE(std::stoi(info.substr(at + 18)), 3 + 1) << info;
 }
 
+TEST(RedisTier, ALargeCallIsSpreadOverThePoolAndEveryReplyFindsItsChunk) {
+  // A server of its own: the connections it counts are this test's alone.
+  testing::TempDir dir;
+  Result<std::unique_ptr<RedisServerProcess>> server =
+      RedisServerProcess::start({.directory = dir.path()}, kReady);
+  ASSERT_TRUE(server) << server.error().to_string();
+  auto tier = open_tier((*server)->url(), kNamespace, /*pool_size=*/4);
+  constexpr size_t kLarge = 256 << 10;  // 32 of them: 8 MiB, spread over the 4 connections
+  constexpr uint64_t kCount = 32;
+  std::vector<std::vector<std::byte>> chunks;
+  for (uint64_t i = 0; i < kCount; ++i) chunks.push_back(chunk(i, kLarge));
+  // Every other chunk is stored, so that a reply matched to the wrong command shows.
+  std::vector<ChunkKey> even;
+  std::vector<std::span<const std::byte>> even_chunks;
+  for (uint64_t i = 0; i < kCount; i += 2) {
+    even.push_back(key(i));
+    even_chunks.emplace_back(chunks[i]);
+  }
+  ASSERT_EQ(tier->put(even, even_chunks, kTimeout).value(), all(ChunkStatus::kOk, kCount / 2));
+  std::vector<std::vector<std::byte>> out(kCount, std::vector<std::byte>(kLarge));
+  std::vector<std::span<std::byte>> spans(out.begin(), out.end());
+  Result<std::vector<ChunkStatus>> got = tier->get(keys(0, kCount), spans, kTimeout);
+  ASSERT_TRUE(got) << got.error().to_string();
+  for (uint64_t i = 0; i < kCount; ++i) {
+    if (i % 2 == 0) {
+      EXPECT_EQ((*got)[i], ChunkStatus::kOk) << i;
+      EXPECT_EQ(out[i], chunks[i]) << i;
+    } else {
+      EXPECT_EQ((*got)[i], ChunkStatus::kMiss) << i;
+    }
+  }
+  // The tier's four connections, plus the one that asks.
+  const std::string info = (*server)->command({"INFO", "clients"}, kTimeout).value();
+  const size_t at = info.find("connected_clients:");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(std::stoi(info.substr(at + 18)), 4 + 1) << info;
+}
+
 TEST(RedisTier, ChunksRedisEvictsAreMissesNotErrors) {
   testing::TempDir dir;
   auto server = RedisServerProcess::start(

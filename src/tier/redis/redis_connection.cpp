@@ -134,7 +134,8 @@ RedisConnection::~RedisConnection() {
 
 // ---- queueing ----
 
-void RedisConnection::queue(std::span<const Queued> commands) {
+void RedisConnection::queue(std::span<const Queued> commands, size_t window_bytes) {
+  window_limit_ = window_bytes;
   static const RedisCommand kAsking{.args = {"ASKING"}};
   // Every reply of the last run was read (or the connection broke and is not reused).
   in_begin_ = in_end_ = 0;
@@ -196,7 +197,7 @@ void RedisConnection::queue(std::span<const Queued> commands) {
 void RedisConnection::release() {
   // At least one command is always out; more while their values fit the window.
   while (released_ < expected_.size() &&
-         (released_ == next_expected_ || window_bytes_ < kWindowBytes)) {
+         (released_ == next_expected_ || window_bytes_ < window_limit_)) {
     const Expected& e = expected_[released_++];
     window_bytes_ += e.value_bytes;
     if (e.command != nullptr && e.command->on_release) e.command->on_release();
@@ -445,6 +446,25 @@ Result<std::unique_ptr<RedisConnection>> RedisConnectionPool::borrow(TimePoint d
     cv_.notify_one();
   }
   return c;
+}
+
+std::unique_ptr<RedisConnection> RedisConnectionPool::try_borrow(TimePoint deadline) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!idle_.empty()) {
+      std::unique_ptr<RedisConnection> c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+    if (open_ >= max_connections_) return nullptr;
+    ++open_;  // reserved; connected below without the lock
+  }
+  Result<std::unique_ptr<RedisConnection>> c = RedisConnection::open(endpoint_, deadline);
+  if (c) return std::move(*c);
+  std::lock_guard lock(mutex_);
+  --open_;
+  cv_.notify_one();
+  return nullptr;
 }
 
 void RedisConnectionPool::give_back(std::unique_ptr<RedisConnection> connection) {

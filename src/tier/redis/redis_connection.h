@@ -52,13 +52,21 @@ class RedisConnection {
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;
 
+  // The window of a connection that serves a call alone: two chunks of 2 MiB out at once,
+  // sixteen of 256 KiB. A server sent 16 GETs of 2 MiB at once copies every value into its
+  // output buffers before the first is read, out of the CPU's caches: measured here, GETs of
+  // 2 MiB in windows of 1-4 chunks ran 1.3-1.7x faster than 16 at once (SETs a little
+  // faster). Two chunks in flight keep a network link busy while the next reply crosses it.
+  static constexpr size_t kWindowBytes = size_t{4} << 20;
+
   struct Queued {
     const RedisCommand* command;
     bool asking = false;  // sent after ASKING (a redirection by ASK)
   };
-  // Queues commands for the next run_pipelines(). Their arguments, tails and buffers must stay
-  // valid until it returns. Replaces what the last run left (replies()).
-  void queue(std::span<const Queued> commands);
+  // Queues commands for the next run_pipelines(), to go out in windows of `window_bytes` of
+  // values (see kWindowBytes). Their arguments, tails and buffers must stay valid until it
+  // returns. Replaces what the last run left (replies()).
+  void queue(std::span<const Queued> commands, size_t window_bytes = kWindowBytes);
   // After run_pipelines(): one reply per queued command, in order (an ASKING's own reply is
   // dropped); fewer when the connection failed (error()).
   std::vector<RedisReply>& replies() { return replies_; }
@@ -97,13 +105,9 @@ class RedisConnection {
   Error error_;
 
   // Output: the iovecs of every queued command; owned bytes live in out_bytes_. A command is
-  // sent once released: the commands out at once carry less than kWindowBytes of values, or
-  // one more (two chunks of 2 MiB, sixteen of 256 KiB). A server sent 16 GETs of 2 MiB at once
-  // copies every value into its output buffers before the first is read, out of the CPU's
-  // caches: measured here, GETs of 2 MiB in windows of 1-4 chunks ran 1.3-1.7x faster than 16
-  // at once (SETs a little faster). Two chunks in flight keep a network link busy while the
-  // next reply crosses it.
-  static constexpr size_t kWindowBytes = size_t{4} << 20;
+  // sent once released: the commands out at once carry less than window_limit_ bytes of
+  // values, or one more.
+  size_t window_limit_ = kWindowBytes;
   std::string out_bytes_;
   std::vector<iovec> out_;
   size_t out_next_ = 0;      // first iovec not wholly sent (advanced in place when partly sent)
@@ -139,6 +143,9 @@ class RedisConnectionPool {
   // A connection of this pool's node: an idle one, a new one while fewer than max_connections
   // are open, or else the next one given back before the deadline (kDeadlineExceeded).
   Result<std::unique_ptr<RedisConnection>> borrow(TimePoint deadline);
+  // An idle connection, or a new one while fewer than max_connections are open and it connects
+  // before the deadline; null otherwise, without waiting for one to be given back.
+  std::unique_ptr<RedisConnection> try_borrow(TimePoint deadline);
   // Keeps it for reuse unless it is broken; a broken one closes the idle ones too.
   void give_back(std::unique_ptr<RedisConnection> connection);
   const RedisEndpoint& endpoint() const { return endpoint_; }

@@ -51,6 +51,7 @@ struct RedisRouter::Group {
   RedisEndpoint node;
   std::vector<size_t> which;  // indices into the batch
   std::unique_ptr<RedisConnection> connection;
+  size_t stripes = 1;  // the node's commands of this batch are spread over this many groups
 };
 
 RedisRouter::RedisRouter(RedisEndpoint seed, size_t connections_per_node, HealthOptions node_health)
@@ -246,6 +247,36 @@ std::string RedisRouter::down_summary() {
 
 // ---- batches ----
 
+void RedisRouter::stripe(Group& g, std::span<const RedisCommand> commands, TimePoint deadline,
+                         std::vector<Group>& stripes) {
+  size_t value_bytes = 0;
+  for (size_t i : g.which) {
+    value_bytes += tail_bytes(commands[i]) + commands[i].head.size() + commands[i].body.size();
+  }
+  const size_t wanted = std::min(
+      {connections_per_node_, g.which.size(), std::max<size_t>(1, value_bytes / kStripeBytes)});
+  std::vector<std::unique_ptr<RedisConnection>> more;
+  while (more.size() + 1 < wanted) {
+    std::unique_ptr<RedisConnection> c = pool_for(g.node).try_borrow(deadline);
+    if (!c) break;
+    more.push_back(std::move(c));
+  }
+  if (more.empty()) return;
+  // Contiguous runs of the group's commands, one per connection.
+  const size_t count = more.size() + 1;
+  std::vector<size_t> all = std::move(g.which);
+  const auto run = [&](size_t s) {
+    return std::vector<size_t>(all.begin() + static_cast<ptrdiff_t>(s * all.size() / count),
+                               all.begin() + static_cast<ptrdiff_t>((s + 1) * all.size() / count));
+  };
+  g.which = run(0);
+  g.stripes = count;
+  for (size_t s = 1; s < count; ++s) {
+    stripes.push_back(
+        {.node = g.node, .which = run(s), .connection = std::move(more[s - 1]), .stripes = count});
+  }
+}
+
 Result<BatchReplies> RedisRouter::execute(std::span<const RedisCommand> commands,
                                           TimePoint deadline) {
   if (Status ok = ensure_topology(deadline); !ok) return std::unexpected(ok.error());
@@ -280,6 +311,7 @@ Result<BatchReplies> RedisRouter::execute(std::span<const RedisCommand> commands
       groups[it->second].which.push_back(i);
     }
     std::vector<RedisConnection*> running;
+    std::vector<Group> stripes;
     for (Group& g : groups) {
       if (!admit(g.node)) {
         for (size_t i : g.which) out.outcomes[i] = CommandOutcome::kSkipped;
@@ -291,10 +323,16 @@ Result<BatchReplies> RedisRouter::execute(std::span<const RedisCommand> commands
         continue;
       }
       g.connection = std::move(*c);
+      stripe(g, commands, deadline, stripes);
+    }
+    for (Group& g : stripes) groups.push_back(std::move(g));
+    stripes.clear();
+    for (Group& g : groups) {
+      if (!g.connection) continue;
       std::vector<RedisConnection::Queued> queued;
       queued.reserve(g.which.size());
       for (size_t i : g.which) queued.push_back({.command = &commands[i], .asking = bool(ask[i])});
-      g.connection->queue(queued);
+      g.connection->queue(queued, RedisConnection::kWindowBytes / g.stripes);
       running.push_back(g.connection.get());
     }
     run_pipelines(running, deadline);
