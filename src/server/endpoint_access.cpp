@@ -1,7 +1,9 @@
 #include "endpoint_access.h"
 
 #include <grp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,7 +32,69 @@ Result<gid_t> group_id(const std::string& name) {
   return found->gr_gid;
 }
 
+// Makes `path` free for an ipc:// bind: see bind_endpoint().
+Status claim_ipc_path(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return {};
+    return make_error(ErrorCode::kUnavailable,
+                      "server.endpoint: cannot check ipc://" + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return make_error(ErrorCode::kInvalidArgument, "server.endpoint: " + path +
+                                                       " exists and is not a socket (kvtierd does "
+                                                       "not replace it); choose another path");
+  }
+  sockaddr_un address{};
+  if (path.size() >= sizeof address.sun_path) return {};  // the bind reports it
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return make_error(ErrorCode::kUnavailable,
+                      std::string("server.endpoint: socket(): ") + std::strerror(errno));
+  }
+  const int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+  const int err = rc == 0 ? 0 : errno;
+  ::close(fd);
+  if (rc == 0 || err == EAGAIN || err == EINPROGRESS) {  // accepted, or a full backlog
+    return make_error(ErrorCode::kUnavailable,
+                      "server.endpoint ipc://" + path +
+                          " is served by another process (a kvtierd already running?): stop it, "
+                          "or choose another path");
+  }
+  if (err != ECONNREFUSED) {
+    return make_error(ErrorCode::kUnavailable,
+                      "server.endpoint: cannot check ipc://" + path + ": " + std::strerror(err));
+  }
+  // Nobody accepts on it: left by a process that is gone.
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return make_error(ErrorCode::kUnavailable, "server.endpoint: cannot remove the stale " + path +
+                                                   ": " + std::strerror(errno));
+  }
+  return {};
+}
+
 }  // namespace
+
+IpcSocketFile& IpcSocketFile::operator=(IpcSocketFile&& other) noexcept {
+  if (this != &other) {
+    remove();
+    path_ = std::exchange(other.path_, {});
+    device_ = other.device_;
+    inode_ = other.inode_;
+  }
+  return *this;
+}
+
+void IpcSocketFile::remove() {
+  if (path_.empty()) return;
+  struct stat st {};
+  if (::lstat(path_.c_str(), &st) == 0 && st.st_dev == device_ && st.st_ino == inode_) {
+    ::unlink(path_.c_str());
+  }
+  path_.clear();
+}
 
 Status check_endpoint_access(const ServerConfig& server, std::string& warning) {
   warning.clear();
@@ -65,15 +129,20 @@ Status enable_curve_server(zmq::socket_t& router, const ServerConfig& server) {
   return {};
 }
 
-Status bind_endpoint(zmq::socket_t& router, const ServerConfig& server) {
+Result<IpcSocketFile> bind_endpoint(zmq::socket_t& router, const ServerConfig& server) {
   // ipc://@name is Linux's abstract namespace: no file, so no mode (a peer's credentials are
-  // not checked; use a path).
-  const bool ipc = server.endpoint.starts_with(kIpc) && !server.endpoint.starts_with("ipc://@");
+  // not checked; use a path). ipc://* is a file libzmq names.
+  const bool ipc = server.endpoint.starts_with(kIpc) && !server.endpoint.starts_with("ipc://@") &&
+                   server.endpoint != "ipc://*";
+  const std::string path = ipc ? server.endpoint.substr(kIpc.size()) : std::string();
   std::optional<gid_t> gid;
   if (ipc && !server.ipc_group.empty()) {
     auto g = group_id(server.ipc_group);
     if (!g) return std::unexpected(g.error());
     gid = *g;
+  }
+  if (ipc) {
+    if (Status claimed = claim_ipc_path(path); !claimed) return std::unexpected(claimed.error());
   }
   // The socket file is created by bind() on this thread: the umask makes it private from the
   // first moment (no window in which another user could connect).
@@ -85,15 +154,19 @@ Status bind_endpoint(zmq::socket_t& router, const ServerConfig& server) {
     return make_error(ErrorCode::kUnavailable, "cannot bind " + server.endpoint + ": " + e.what());
   }
   if (ipc) ::umask(previous);
+  IpcSocketFile bound;
+  if (ipc) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) bound = IpcSocketFile(path, st.st_dev, st.st_ino);
+  }
   if (gid) {
-    const std::string path = server.endpoint.substr(kIpc.size());
     if (::chown(path.c_str(), static_cast<uid_t>(-1), *gid) != 0) {
       return make_error(ErrorCode::kInvalidArgument, "server.ipc_group: cannot give " + path +
                                                          " to group " + server.ipc_group + ": " +
                                                          std::strerror(errno));
     }
   }
-  return {};
+  return bound;
 }
 
 }  // namespace kvtier::server

@@ -152,6 +152,7 @@ class SocketLoop {
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // under CURVE; before context_ ends
   zmq::socket_t router_;
+  IpcSocketFile socket_file_;  // removed before router_ closes: no client connects any more
   zmq::socket_t replies_;
   LoopCounters counters_;
   std::unique_ptr<zmq::socket_t> push_;  // used on the service thread only
@@ -218,7 +219,9 @@ Result<std::unique_ptr<SocketLoop>> SocketLoop::setup(const ServerOptions& optio
   // memory bound); frames past max_frame_bytes get a too_large error reply.
   router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(std::min<uint64_t>(
                                            config.server.max_frame_bytes * 16, INT32_MAX)));
-  if (Status st = bind_endpoint(router, config.server); !st) return std::unexpected(st.error());
+  auto bound = bind_endpoint(router, config.server);
+  if (!bound) return std::unexpected(bound.error());
+  loop->socket_file_ = std::move(*bound);
   loop->replies_.bind(kReplyEndpoint);
 
   SocketLoop* l = loop.get();

@@ -5,8 +5,11 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <msgpack.hpp>
 
@@ -321,6 +324,63 @@ TEST(KvtierdAccess, AnIpcSocketIsCreatedForItsOwnerOnly) {
   struct stat st {};
   ASSERT_EQ(::stat(server.endpoint().substr(6).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << std::oct << (st.st_mode & 0777);
+}
+
+TEST(KvtierdAccess, ASecondServerOnALiveIpcSocketIsRefusedAndTheFirstServesOn) {
+  KvtierdProcess first(unique_endpoint(), fast_server_settings());
+  const std::string path = first.endpoint().substr(6);
+  {
+    RawPeer peer(first.endpoint());
+    ASSERT_TRUE(peer.call(server::Request{.id = 1, .op = server::Op::kPing}, 10s));
+  }
+  struct stat bound {};
+  ASSERT_EQ(::stat(path.c_str(), &bound), 0);
+  KvtierdProcess second(first.endpoint(), fast_server_settings());
+  EXPECT_EQ(second.wait_exit(10s), std::optional<int>(1));
+  // The first server's socket is still the one at the path, so new clients reach it.
+  struct stat now {};
+  ASSERT_EQ(::stat(path.c_str(), &now), 0);
+  EXPECT_EQ(now.st_ino, bound.st_ino);
+  RawPeer late(first.endpoint());
+  auto pong = late.call(server::Request{.id = 2, .op = server::Op::kPing}, 10s);
+  ASSERT_TRUE(pong);
+  EXPECT_TRUE(pong->ok);
+}
+
+TEST(KvtierdAccess, TheIpcSocketFileGoesWithTheServerAndAStaleOneIsReplaced) {
+  const std::string endpoint = unique_endpoint();
+  const std::string path = endpoint.substr(6);
+  {  // a socket file nobody accepts on, as a killed server leaves behind
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un address{.sun_family = AF_UNIX, .sun_path = {}};
+    ASSERT_LT(path.size(), sizeof address.sun_path);
+    std::memcpy(address.sun_path, path.data(), path.size());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+    ::close(fd);
+  }
+  KvtierdProcess server(endpoint, fast_server_settings());
+  RawPeer peer(endpoint);
+  ASSERT_TRUE(peer.call(server::Request{.id = 1, .op = server::Op::kPing}, 10s));
+  server.signal(SIGTERM);
+  EXPECT_EQ(server.wait_exit(10s), std::optional<int>(0));
+  struct stat st {};
+  EXPECT_NE(::lstat(path.c_str(), &st), 0) << path << " outlived its server";
+}
+
+TEST(KvtierdAccess, AFileThatIsNotASocketIsNeverReplaced) {
+  const std::string endpoint = unique_endpoint();
+  const std::string path = endpoint.substr(6);
+  {
+    std::ofstream file(path);
+    file << "not a socket";
+  }
+  KvtierdProcess server(endpoint, fast_server_settings());
+  EXPECT_EQ(server.wait_exit(10s), std::optional<int>(1));
+  std::ifstream file(path);
+  std::string text;
+  std::getline(file, text);
+  EXPECT_EQ(text, "not a socket");
+  std::filesystem::remove(path);
 }
 
 uint16_t free_tcp_port() {
