@@ -439,13 +439,7 @@ Result<std::unique_ptr<RedisConnection>> RedisConnectionPool::borrow(TimePoint d
     }
     ++open_;  // reserved; connected below without the lock
   }
-  Result<std::unique_ptr<RedisConnection>> c = RedisConnection::open(endpoint_, deadline);
-  if (!c) {
-    std::lock_guard lock(mutex_);
-    --open_;
-    cv_.notify_one();
-  }
-  return c;
+  return open_reserved(deadline);
 }
 
 std::unique_ptr<RedisConnection> RedisConnectionPool::try_borrow(TimePoint deadline) {
@@ -459,12 +453,18 @@ std::unique_ptr<RedisConnection> RedisConnectionPool::try_borrow(TimePoint deadl
     if (open_ >= max_connections_) return nullptr;
     ++open_;  // reserved; connected below without the lock
   }
+  Result<std::unique_ptr<RedisConnection>> c = open_reserved(deadline);
+  return c ? std::move(*c) : nullptr;
+}
+
+Result<std::unique_ptr<RedisConnection>> RedisConnectionPool::open_reserved(TimePoint deadline) {
   Result<std::unique_ptr<RedisConnection>> c = RedisConnection::open(endpoint_, deadline);
-  if (c) return std::move(*c);
-  std::lock_guard lock(mutex_);
-  --open_;
-  cv_.notify_one();
-  return nullptr;
+  if (!c) {
+    std::lock_guard lock(mutex_);
+    --open_;
+    cv_.notify_one();
+  }
+  return c;
 }
 
 void RedisConnectionPool::give_back(std::unique_ptr<RedisConnection> connection) {

@@ -151,6 +151,9 @@ class RedisConnectionPool {
   const RedisEndpoint& endpoint() const { return endpoint_; }
 
  private:
+  // Connects the connection reserved in open_; the reservation is given up when that fails.
+  Result<std::unique_ptr<RedisConnection>> open_reserved(TimePoint deadline);
+
   const RedisEndpoint endpoint_;
   const size_t max_connections_;
   std::mutex mutex_;
