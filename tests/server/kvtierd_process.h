@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kvtier/core/child_process.h"
+#include "support/temp_dir.h"
 
 #ifndef KVTIER_BINARY
 #error "KVTIER_BINARY (path of the kvtier executable) must be defined by CMake"
@@ -21,9 +22,13 @@
 
 namespace kvtier::testing {
 
+// The socket files live in a directory of this test process's own (mkdtemp), removed when the
+// process exits: a server the test killed leaves its socket file behind, and a name made of the
+// pid alone meets such a leftover of an earlier process once pids wrap around.
 inline std::string unique_endpoint() {
+  static const TempDir directory;
   static std::atomic<int> n{0};
-  return "ipc:///tmp/kvtier-test-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".sock";
+  return "ipc://" + (directory.path() / ("kvtierd-" + std::to_string(n++) + ".sock")).string();
 }
 
 // The layout of tests/support/transfer_rig.h's small_layout (per-layer, 4 blocks per chunk).
