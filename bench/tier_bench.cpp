@@ -103,14 +103,16 @@ void require_ok(const Result<std::vector<ChunkStatus>>& r, const char* what) {
   }
 }
 
+// Puts the workload's chunks under its keys, or under `keys` (one per chunk) where given.
 double tier_put(Tier& tier, const Workload& w, size_t batch, size_t begin = 0,
-                size_t end = SIZE_MAX) {
+                size_t end = SIZE_MAX, std::span<const ChunkKey> keys = {}) {
+  if (keys.empty()) keys = w.keys;
   return timed_batches(
       w, batch,
       [&](size_t first, size_t n) {
         std::vector<std::span<const std::byte>> spans;
         for (size_t i = first; i < first + n; ++i) spans.push_back(w.staged.span(i));
-        require_ok(tier.put(std::span(w.keys).subspan(first, n), spans, kCallTimeout), "tier put");
+        require_ok(tier.put(keys.subspan(first, n), spans, kCallTimeout), "tier put");
       },
       begin, end);
 }
@@ -204,6 +206,7 @@ class RawDisk {
     } else {
       std::atomic<size_t> next{begin};
       std::vector<std::jthread> threads;
+      threads.reserve(depth_);
       std::atomic<bool> failed{false};
       for (size_t t = 0; t < depth_; ++t) {
         threads.emplace_back([&] {
@@ -285,6 +288,7 @@ double raw_run(std::vector<std::unique_ptr<RawRedis>>& redis, RawShape shape, si
     share(0);
   } else {
     std::vector<std::thread> threads;
+    threads.reserve(shape.connections);
     std::exception_ptr failure;
     std::mutex failure_mutex;
     for (size_t t = 0; t < shape.connections; ++t) {
@@ -379,7 +383,8 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
                                                 : size_t{512} << 20;
     const size_t count = std::max<size_t>(1, total / chunk_bytes);
     double put = 1e30, get = 1e30, write = 1e30, read = 1e30, verify = 1e30, debian = 1e30;
-    double batch_write = 1e30, batch_read = 1e30;
+    double batch_write = 1e30, batch_read = 1e30, full_put = 1e30, overwrite = 1e30;
+    uint64_t reused = 0;
     size_t depth = 0;
     std::string io;
     bool raw_uring = true;
@@ -448,6 +453,36 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
       batch_write = std::min(batch_write, s_bwrite);
       batch_read = std::min(batch_read, s_bread);
       require_same(w);  // the raw reads read what was written
+      // A full tier, as a disk tier in service is: half the workload's size, filled first under
+      // other keys, so that every new segment is a file that eviction emptied. Against raw
+      // writes over the plain file's blocks, written once above.
+      {
+        // At least eight records, so that each of the tier's four segments holds two (in a
+        // short run the tier is then never full).
+        const uint64_t full_capacity = std::max<uint64_t>(
+            {count * (chunk_bytes + 4096) / 2, 8 * (chunk_bytes + 4096), uint64_t{4} << 20});
+        auto full =
+            DiskTier::open({.directory = dir.path / "full", .capacity_bytes = full_capacity});
+        if (!full) throw std::runtime_error(full.error().to_string());
+        std::vector<ChunkKey> other = w.keys;
+        for (ChunkKey& k : other) k.hi = ~k.hi;
+        tier_put(**full, w, o.batch_chunks, 0, count, other);
+        double s_full = 0, s_over = 0;
+        size_t turn = static_cast<size_t>(r);
+        for (size_t begin = 0; begin < count; begin += slice, ++turn) {
+          const size_t end = std::min(begin + slice, count);
+          for (size_t k = 0; k < 2; ++k) {
+            if ((turn + k) % 2 == 0) {
+              s_full += tier_put(**full, w, o.batch_chunks, begin, end);
+            } else {
+              s_over += plain.write(written, begin, end);
+            }
+          }
+        }
+        full_put = std::min(full_put, s_full);
+        overwrite = std::min(overwrite, s_over);
+        reused = (*full)->segments_reused();
+      }
       // Checksums over the same chunks, cold in the caches as after a read from disk.
       uint64_t sink = 0;
       auto t0 = Clock::now();
@@ -476,6 +511,9 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
         "O_DIRECT sequential writes, " + how, extra(put, batch_write));
     row(out, o.json, "disk", "get", chunk_bytes, count, bytes, get, read,
         "O_DIRECT sequential reads, " + how, extra(get, batch_read));
+    row(out, o.json, "disk", "put_full", chunk_bytes, count, bytes, full_put, overwrite,
+        "O_DIRECT sequential overwrites of written blocks, " + how,
+        {{"queue_depth", depth}, {"segments_reused", reused}, {"io", io}});
     row(out, o.json, "disk", "verify", chunk_bytes, count, bytes, verify, debian,
         "Debian libxxhash XXH3_64bits_withSeed (baseline x86-64 build)",
         {{"kernel", std::string(chunk_checksum_kernel())}});
@@ -498,6 +536,7 @@ void bench_redis(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
   const std::string host = host_port.substr(0, colon);
   const int port = colon == std::string::npos ? 6379 : std::stoi(host_port.substr(colon + 1));
   std::vector<std::unique_ptr<RawRedis>> raw;
+  raw.reserve(std::ranges::max(kRawConnections));
   for (size_t c = 0; c < std::ranges::max(kRawConnections); ++c) {
     raw.push_back(std::make_unique<RawRedis>(host, port));
   }

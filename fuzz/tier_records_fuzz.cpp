@@ -34,6 +34,7 @@ using tier_internal::kIoAlign;
 using tier_internal::kSegmentHeaderBytes;
 using tier_internal::segment_record_bytes;
 using Bytes = std::span<const std::byte>;
+constexpr uint64_t kSegmentId = 7;  // every record of the input's segment file belongs to it
 
 bool equal(Bytes a, Bytes b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0);
@@ -50,7 +51,7 @@ tier_internal::ScanResult scan(Bytes file) {
   if (!file.empty() && pwrite(fd, file.data(), file.size(), 0) != ssize_t(file.size())) {
     std::abort();
   }
-  return tier_internal::scan_segment(fd, file.size() / kIoAlign * kIoAlign);
+  return tier_internal::scan_segment(fd, file.size() / kIoAlign * kIoAlign, kSegmentId);
 }
 
 // Records found are whole, in order, apart, and their header blocks parse to what was found.
@@ -62,7 +63,8 @@ void check_scan(Bytes file, const tier_internal::ScanResult& result) {
         r.offset + size > file.size()) {
       std::abort();
     }
-    const auto header = tier_internal::parse_segment_header(file.subspan(r.offset, kIoAlign));
+    const auto header =
+        tier_internal::parse_segment_header(file.subspan(r.offset, kIoAlign), kSegmentId);
     if (!header || header->key != r.header.key || header->seq != r.header.seq ||
         header->payload_bytes != r.header.payload_bytes) {
       std::abort();
@@ -81,21 +83,24 @@ void check_found(Bytes input, const ChunkKey& key, bool seal) {
   // As a disk record: a header block and its payload.
   std::vector<std::byte> file(input.begin(), input.end());
   if (seal) {
-    // The header checksum (segment_record.h): xxh3-64 of the block's first 56 bytes.
+    // The header checksum (segment_record.h): xxh3-64 of the block's first 56 bytes, seeded
+    // with the segment id.
     for (size_t at = 0; at + kIoAlign <= file.size(); at += kIoAlign) {
-      if (std::memcmp(file.data() + at, "KVS1", 4) != 0) continue;
-      const uint64_t sum = tier_internal::xxh3_64_seeded(file.data() + at, 56, 0);
+      if (std::memcmp(file.data() + at, "KVS2", 4) != 0) continue;
+      const uint64_t sum = tier_internal::xxh3_64_seeded(file.data() + at, 56, kSegmentId);
       std::memcpy(file.data() + at + 56, &sum, 8);
     }
   }
   if (file.size() >= kIoAlign) {
     const Bytes block = std::span(file).first(kIoAlign);
     const Bytes payload = std::span(file).subspan(kIoAlign);
-    if (tier_internal::verify_segment_record(block, key, payload) == RecordCheck::kOk) {
-      const auto header = tier_internal::parse_segment_header(block);
+    if (tier_internal::verify_segment_record(block, kSegmentId, key, payload) == RecordCheck::kOk) {
+      const auto header = tier_internal::parse_segment_header(block, kSegmentId);
       if (!header) std::abort();
+      // Of this segment only.
+      if (tier_internal::parse_segment_header(block, kSegmentId + 1)) std::abort();
       std::vector<std::byte> good(kIoAlign);
-      tier_internal::encode_segment_header(key, payload, header->seq, good);
+      tier_internal::encode_segment_header(key, payload, header->seq, kSegmentId, good);
       if (!equal(block.first(kSegmentHeaderBytes), std::span(good).first(kSegmentHeaderBytes))) {
         std::abort();
       }
@@ -124,7 +129,7 @@ void check_written(Bytes input, const ChunkKey& key) {
     for (size_t b = 0; b < payload_bytes; ++b) payload[b] = std::byte(b * 131 + seq * 7 + i);
     const Written w{ChunkKey{key.lo + i, key.hi}, file.size(), payload_bytes};
     file.resize(file.size() + segment_record_bytes(payload_bytes));
-    tier_internal::encode_segment_header(w.key, payload, seq,
+    tier_internal::encode_segment_header(w.key, payload, seq, kSegmentId,
                                          std::span(file).subspan(w.offset, kIoAlign));
     std::ranges::copy(payload, file.begin() + static_cast<ptrdiff_t>(w.offset + kIoAlign));
     written.push_back(w);
@@ -155,8 +160,8 @@ void check_written(Bytes input, const ChunkKey& key) {
     const auto clean_payload = std::span(clean_file).subspan(w.offset + kIoAlign, w.payload_bytes);
     const bool unchanged =
         equal(block.first(kSegmentHeaderBytes), clean_block) && equal(payload, clean_payload);
-    if ((tier_internal::verify_segment_record(block, w.key, payload) == RecordCheck::kOk) !=
-        unchanged) {
+    if ((tier_internal::verify_segment_record(block, kSegmentId, w.key, payload) ==
+         RecordCheck::kOk) != unchanged) {
       std::abort();
     }
     const bool found = std::ranges::any_of(result.records, [&](const tier_internal::Scanned& r) {

@@ -44,6 +44,20 @@ uint64_t segment_file_bytes(const std::filesystem::path& dir) {
   return total;
 }
 
+// Puts chunks first_id, first_id + 1, ... (`count` of `bytes` each) in one call.
+Result<std::vector<ChunkStatus>> put_batch(Tier& tier, uint64_t first_id, size_t count,
+                                           size_t bytes) {
+  std::vector<std::vector<std::byte>> chunks;
+  std::vector<std::span<const std::byte>> spans;
+  std::vector<ChunkKey> keys;
+  for (uint64_t id = first_id; id < first_id + count; ++id) {
+    chunks.push_back(chunk_bytes(id, bytes));
+    keys.push_back(disk_key(id));
+  }
+  for (const auto& c : chunks) spans.emplace_back(c);
+  return tier.put(keys, spans, kTimeout);
+}
+
 class DiskTierTest : public ::testing::TestWithParam<DiskIo> {
  protected:
   std::unique_ptr<DiskTier> open(uint64_t capacity, uint64_t segment = 1 << 20,
@@ -54,6 +68,17 @@ class DiskTierTest : public ::testing::TestWithParam<DiskIo> {
                                                              .segment_bytes = segment,
                                                              .queue_depth = 8,
                                                              .compact_below = compact_below,
+                                                             .io = GetParam()});
+    EXPECT_TRUE(tier) << tier.error().to_string();
+    return tier ? std::move(*tier) : nullptr;
+  }
+  // Four segments of 1 MiB, up to 16 requests in flight per call.
+  std::unique_ptr<DiskTier> open_four_segments(uint32_t io_threads) {
+    Result<std::unique_ptr<DiskTier>> tier = DiskTier::open({.directory = dir_.path(),
+                                                             .capacity_bytes = 4 << 20,
+                                                             .io_threads = io_threads,
+                                                             .segment_bytes = 1 << 20,
+                                                             .queue_depth = 16,
                                                              .io = GetParam()});
     EXPECT_TRUE(tier) << tier.error().to_string();
     return tier ? std::move(*tier) : nullptr;
@@ -227,8 +252,10 @@ TEST_P(DiskTierTest, CompactionReclaimsSpaceAndKeepsLiveChunksReadable) {
   // Fill the active segment: the next new segment makes compaction due.
   for (uint64_t id = 100; tier->compactions() == 0 && id < 140; ++id) put(*tier, {id});
   EXPECT_GE(tier->compactions(), 1u);
-  EXPECT_LT(tier->disk_bytes(), disk_before + (1 << 20));  // a new segment, an old one gone
+  // A new segment, and an old one retired: its file kept as a spare for the next segment.
   EXPECT_LE(tier->segment_count(), segments_before);
+  EXPECT_EQ(tier->spare_count(), 1u);
+  EXPECT_LE(tier->disk_bytes(), disk_before + (1 << 20));
   EXPECT_EQ(tier->evictions(), 0u);
   // Every live chunk is still readable, moved or not.
   for (uint64_t id = 0; id < 30; ++id) {
@@ -241,6 +268,89 @@ TEST_P(DiskTierTest, CompactionReclaimsSpaceAndKeepsLiveChunksReadable) {
     EXPECT_EQ(get_one(*reopened, id, id % 5 == 0 ? kChunk : 4096), ChunkStatus::kOk) << id;
   }
   EXPECT_LE(segment_file_bytes(dir_.path()), kCapacity);
+}
+
+TEST_P(DiskTierTest, AFullTierWritesIntoItsRetiredFilesAndTheirOldRecordsAreNeverFoundAgain) {
+  constexpr uint64_t kCapacity = 4 << 20;  // four segments of 1 MiB, 15 records each
+  std::vector<uint64_t> held;
+  size_t spares = 0;
+  {
+    auto tier = open(kCapacity);
+    // Full after 60 chunks; from then on every new segment is a segment file that eviction
+    // emptied. Stop 5 records into a reused one, so that 10 records of its earlier life follow.
+    uint64_t id = 0;
+    while (tier->segments_reused() < 3 && id < 400) put(*tier, {id++});
+    ASSERT_EQ(tier->segments_reused(), 3u) << "after " << id << " chunks";
+    for (int i = 0; i < 5; ++i) put(*tier, {id++});
+    EXPECT_EQ(tier->segment_count() + tier->spare_count(), 4u);
+    EXPECT_LE(segment_file_bytes(dir_.path()), kCapacity);
+    for (uint64_t k = 0; k < id; ++k) {
+      const ChunkStatus status = get_one(*tier, k, kChunk);
+      ASSERT_TRUE(status == ChunkStatus::kOk || status == ChunkStatus::kMiss) << k;
+      if (status == ChunkStatus::kOk) held.push_back(k);
+    }
+    EXPECT_LT(held.size(), id);  // some were evicted
+    spares = tier->spare_count();
+  }
+  // After a restart the tier holds exactly what it held: the older records still in the
+  // reused files (of chunks evicted since) belong to segments that no longer exist.
+  auto reopened = open(kCapacity);
+  EXPECT_EQ(reopened->chunk_count(), held.size());
+  for (uint64_t k : held) EXPECT_EQ(get_one(*reopened, k, kChunk), ChunkStatus::kOk) << k;
+  EXPECT_EQ(reopened->spare_count(), spares);
+  // The spares found on disk are reused too.
+  for (uint64_t id = 1000; reopened->segments_reused() == 0 && id < 1100; ++id) {
+    put(*reopened, {id});
+  }
+  EXPECT_GE(reopened->segments_reused(), 1u);
+  EXPECT_LE(segment_file_bytes(dir_.path()), kCapacity);
+}
+
+TEST_P(DiskTierTest, ABatchLargerThanTheWholeTierIsStoredInTurnWithoutAnError) {
+  // Four segments of 1 MiB, three records of 300 KiB each: the batch of 16 is larger than the
+  // tier. Its first records are evicted by its last, and the call is never refused for room
+  // that only its own writes in flight are holding.
+  constexpr size_t kBig = 300 * 1024;
+  auto opened = open_four_segments(2);
+  ASSERT_TRUE(opened);
+  DiskTier& tier = *opened;
+  EXPECT_EQ(tier.queue_depth_for(kBig), 3u);
+  Result<std::vector<ChunkStatus>> r = put_batch(tier, 0, 16, kBig);
+  ASSERT_TRUE(r) << r.error().to_string();
+  for (ChunkStatus s : *r) EXPECT_EQ(s, ChunkStatus::kOk);
+  EXPECT_GT(tier.evictions(), 0u);
+  EXPECT_EQ(get_one(tier, 15, kBig), ChunkStatus::kOk);
+  EXPECT_LE(segment_file_bytes(dir_.path()), 4u << 20);
+}
+
+TEST_P(DiskTierTest, CallsRacingForTheLastRoomFailOnlyTheKeysThatFoundNone) {
+  // Four callers at once into four segments of three records each: their writes in flight can
+  // hold all the room there is. A key that finds none is kError (not stored); the call and the
+  // tier go on.
+  constexpr size_t kBig = 300 * 1024;
+  auto opened = open_four_segments(4);
+  ASSERT_TRUE(opened);
+  DiskTier& tier = *opened;
+  std::atomic<size_t> failed_calls{0}, stored{0};
+  std::vector<std::thread> callers;
+  for (uint64_t caller = 0; caller < 4; ++caller) {
+    callers.emplace_back([&, caller] {
+      for (uint64_t round = 0; round < 8; ++round) {
+        Result<std::vector<ChunkStatus>> r = put_batch(tier, (caller * 8 + round) * 6, 6, kBig);
+        if (!r) {
+          ++failed_calls;
+          continue;
+        }
+        for (ChunkStatus s : *r) stored += s == ChunkStatus::kOk;
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(failed_calls.load(), 0u);
+  EXPECT_GT(stored.load(), 0u);
+  EXPECT_LE(segment_file_bytes(dir_.path()), 4u << 20);
+  EXPECT_TRUE(put_one(tier, 999, kBig).has_value());
+  EXPECT_EQ(get_one(tier, 999, kBig), ChunkStatus::kOk);
 }
 
 TEST_P(DiskTierTest, RestartWithASmallerCapacityEvictsDownToIt) {
@@ -362,8 +472,15 @@ TEST(DiskTier, SegmentsAreAtMostAQuarterOfTheCapacity) {
   auto tier = DiskTier::open({.directory = dir.path(), .capacity_bytes = 10 << 20});
   ASSERT_TRUE(tier);
   EXPECT_EQ((*tier)->segment_bytes(), (10u << 20) / 4 / 4096 * 4096);
-  EXPECT_EQ((*tier)->queue_depth_for(256 << 10), 16u);
-  EXPECT_EQ((*tier)->queue_depth_for(2 << 20), 7u);  // 16 MiB in flight at most
+  // A segment's worth in flight at most (2.5 MiB: nine records of 256 KiB, one of 2 MiB) ...
+  EXPECT_EQ((*tier)->queue_depth_for(256 << 10), 9u);
+  EXPECT_EQ((*tier)->queue_depth_for(2 << 20), 1u);
+  // ... and 16 MiB at most.
+  testing::TempDir big_dir;
+  auto big = DiskTier::open({.directory = big_dir.path(), .capacity_bytes = uint64_t{4} << 30});
+  ASSERT_TRUE(big);
+  EXPECT_EQ((*big)->queue_depth_for(256 << 10), 16u);
+  EXPECT_EQ((*big)->queue_depth_for(2 << 20), 7u);
 }
 
 // Installs a seccomp filter that makes io_uring_setup fail with EPERM, as container runtimes'

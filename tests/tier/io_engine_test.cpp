@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <random>
 
 #include "checksum/xxh3_kernels.h"
@@ -124,6 +125,44 @@ TEST_P(IoEngineTest, NothingStartsAfterTheDeadlineAndShortReadsAreReported) {
                 SteadyClock::instance().now() + 10s),
             1u);
   EXPECT_EQ(got, 6000);
+}
+
+TEST_P(IoEngineTest, LargeReadsCompletingTogetherAreEachCompletedOnceWithTheirBytes) {
+  // Reads of 1 MiB: those that complete together are handed to the helper threads (on the
+  // io_uring engine), whatever their number.
+  constexpr size_t n = 8, kBytes = size_t{1} << 20;
+  std::vector<AlignedBuffer> in(n), back(n);
+  for (size_t i = 0; i < n; ++i) {
+    in[i].reserve(kBytes);
+    back[i].reserve(kBytes);
+    testing::fill_pattern(in[i].data(), kBytes, i + 100);
+  }
+  std::vector<std::atomic<int>> completed(n);
+  std::vector<int64_t> results(n, -1);
+  const auto io = [&](bool write, std::vector<AlignedBuffer>& bufs) {
+    for (auto& c : completed) c = 0;
+    return engine_->run(
+        n, 4,
+        [&](size_t i, IoSlot&, IoRequest& r) {
+          r.fd = fd_;
+          r.offset = i * kBytes;
+          r.write = write;
+          r.add(bufs[i].data(), kBytes);
+          return true;
+        },
+        [&](size_t i, IoSlot&, int64_t result) {
+          ++completed[i];
+          results[i] = result;
+        },
+        SteadyClock::instance().now() + 10s);
+  };
+  ASSERT_EQ(io(true, in), n);
+  ASSERT_EQ(io(false, back), n);
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(completed[i].load(), 1) << i;
+    EXPECT_EQ(results[i], static_cast<int64_t>(kBytes)) << i;
+    EXPECT_EQ(std::memcmp(back[i].data(), in[i].data(), kBytes), 0) << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoEngineTest,

@@ -14,11 +14,16 @@
 // a record whose payload was torn is found by the scan but never served: the read is kCorrupt.
 //
 // Space: the segment files never hold more than capacity_bytes (segment_bytes is lowered to a
-// quarter of the capacity for small capacities). When a new segment is needed and would not
-// fit, least recently used chunks are evicted until some segment holds no live chunk, and that
-// file is deleted. After each new segment, the sealed segment with the smallest live fraction
-// below compact_below is compacted: its live records are read, verified and appended to the
-// new segment, and the file is deleted.
+// quarter of the capacity for small capacities). A segment left with no live chunk is retired:
+// its file is kept as a spare (<directory>/spare-<16 hex digits>.kvs, at most two, counted in
+// the capacity) and becomes the next new segment, renamed, because writing over written blocks
+// is much cheaper than writing into newly allocated ones; records of its earlier life name
+// their old segment in their header checksum and are never found again. When a new segment is
+// needed, a spare nothing reads from is taken; otherwise, where a new file would not fit, least
+// recently used chunks are evicted until some segment holds no live chunk and becomes the
+// spare. After each new segment, the sealed segment with the smallest live fraction below
+// compact_below is compacted: its live records are read, verified and appended to the new
+// segment, and its file is retired.
 //
 // IO: each call takes one of `io_threads` io_uring rings and keeps up to queue_depth requests
 // (at most 16 MiB) in flight, submitted in groups of 1 MiB. A read's checksum is verified while
@@ -96,11 +101,13 @@ class DiskTier final : public Tier {
   uint64_t disk_bytes() const;  // bytes of the segment files
   size_t chunk_count() const;
   size_t segment_count() const;
-  uint64_t evictions() const;    // chunks evicted to make room
-  uint64_t compactions() const;  // segments compacted and deleted
+  uint64_t evictions() const;        // chunks evicted to make room
+  uint64_t compactions() const;      // segments compacted and retired
+  uint64_t segments_reused() const;  // new segments made of a retired segment's file
+  size_t spare_count() const;        // retired segment files kept for reuse
   uint64_t segment_bytes() const { return segment_bytes_; }
   // Requests in flight per call for chunks of this size (queue_depth, lowered so that at most
-  // 16 MiB are in flight).
+  // 16 MiB, and at most one segment's worth, are in flight).
   size_t queue_depth_for(uint64_t chunk_bytes) const;
   bool uses_io_uring() const;
   bool direct_io() const { return direct_io_; }
@@ -175,7 +182,13 @@ class DiskTier final : public Tier {
   Result<std::pair<SegmentPtr, uint64_t>> allocate_locked(uint64_t record_bytes,
                                                           CheckedSegments& checked);
   Status new_segment_locked();
+  // Makes a spare the active segment (renamed to a new id); false when none is free to reuse.
+  bool reuse_spare_locked();
   Status make_room_locked(uint64_t extra_bytes);
+  // Frees one thing toward room: a spare, else the least recently used chunk, else an idle
+  // empty active segment; kResourceExhausted when nothing can go.
+  Status free_space_step_locked();
+  void drop_spare_locked(const SegmentPtr& spare);
   void insert_locked(const ChunkKey& key, const SegmentPtr& segment, uint64_t offset,
                      uint64_t payload_bytes);
   void erase_locked(const ChunkKey& key);
@@ -200,13 +213,15 @@ class DiskTier final : public Tier {
   std::list<ChunkKey> lru_;  // front: most recent
   std::map<uint64_t, SegmentPtr> segments_;
   SegmentPtr active_;  // appended to; null until the first put after open or a failed rollover
-  std::vector<SegmentPtr> graveyard_;  // retired; closed outside the lock
+  std::vector<SegmentPtr> spares_;     // retired, their files kept for reuse (kMaxSpares)
+  std::vector<SegmentPtr> graveyard_;  // retired and deleted; closed outside the lock
   uint64_t next_segment_id_ = 1;
   uint64_t seq_ = 0;
   uint64_t bytes_used_ = 0;
   uint64_t disk_bytes_ = 0;
   uint64_t evictions_ = 0;
   uint64_t compactions_ = 0;
+  uint64_t segments_reused_ = 0;
   bool compaction_due_ = false;
   bool compacting_ = false;
   std::string broken_;  // why the tier is failing until ping() repairs it; empty when fine

@@ -35,26 +35,40 @@ using tier_internal::segment_record_bytes;
 namespace {
 
 constexpr std::string_view kSegmentPrefix = "seg-";
+constexpr std::string_view kSparePrefix = "spare-";
 constexpr std::string_view kSegmentSuffix = ".kvs";
+// Retired segment files kept for reuse, at most: one is enough for the next new segment; the
+// second covers one that a read still in flight holds.
+constexpr size_t kMaxSpares = 2;
 constexpr uint64_t kInflightBudget = uint64_t{16} << 20;  // bytes in flight per call, at most
 constexpr uint64_t kCompactGroupBytes = uint64_t{32} << 20;
 
-std::string segment_name(uint64_t id) {
-  char name[32];
-  std::snprintf(name, sizeof name, "seg-%016llx.kvs", static_cast<unsigned long long>(id));
-  return name;
+std::string file_name(std::string_view prefix, uint64_t id) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(id));
+  return std::string(prefix) + hex + std::string(kSegmentSuffix);
 }
 
-std::optional<uint64_t> parse_segment_name(std::string_view name) {
-  if (!name.starts_with(kSegmentPrefix) || !name.ends_with(kSegmentSuffix)) return std::nullopt;
-  const std::string_view hex = name.substr(kSegmentPrefix.size(), 16);
-  if (name.size() != kSegmentPrefix.size() + 16 + kSegmentSuffix.size()) return std::nullopt;
+std::string segment_name(uint64_t id) {
+  return file_name(kSegmentPrefix, id);
+}
+
+// The id in "<prefix><16 hex digits>.kvs".
+std::optional<uint64_t> parse_file_name(std::string_view name, std::string_view prefix) {
+  if (!name.starts_with(prefix) || name.size() != prefix.size() + 16 + kSegmentSuffix.size()) {
+    return std::nullopt;
+  }
+  const std::string_view hex = name.substr(prefix.size(), 16);
   uint64_t id = 0;
   auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), id, 16);
-  if (ec != std::errc() || end != hex.data() + hex.size() || segment_name(id) != name) {
+  if (ec != std::errc() || end != hex.data() + hex.size() || file_name(prefix, id) != name) {
     return std::nullopt;
   }
   return id;
+}
+
+std::optional<uint64_t> parse_segment_name(std::string_view name) {
+  return parse_file_name(name, kSegmentPrefix);
 }
 
 TimePoint deadline_after(Duration timeout) {
@@ -76,7 +90,8 @@ struct DiskTier::Segment {
   uint64_t live_bytes = 0;  // records the index points at
   uint64_t pending = 0;     // appends reserved and not completed
   bool compacting = false;
-  bool retired = false;  // deleted by this tier (its fd may still serve reads in flight)
+  bool retired = false;  // given up by this tier: deleted, or kept as a spare (its fd may
+                         // still serve reads in flight either way)
 
   ~Segment() {
     if (fd >= 0) ::close(fd);
@@ -233,9 +248,12 @@ void DiskTier::remove_legacy_files() {
 Status DiskTier::rebuild_index() {
   std::vector<SegmentPtr> found;
   std::error_code ec;
+  std::vector<SegmentPtr> spares;
   for (auto it = fs::directory_iterator(options_.directory, ec);
        !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    const std::optional<uint64_t> id = parse_segment_name(it->path().filename().string());
+    const std::string name = it->path().filename().string();
+    const std::optional<uint64_t> spare_id = parse_file_name(name, kSparePrefix);
+    const std::optional<uint64_t> id = spare_id ? spare_id : parse_segment_name(name);
     if (!id) continue;
     auto segment = std::make_shared<Segment>();
     segment->id = *id;
@@ -249,7 +267,12 @@ Status DiskTier::rebuild_index() {
     }
     segment->bytes = static_cast<uint64_t>(st.st_size) / kIoAlign * kIoAlign;
     segment->write_off = segment->bytes;
-    found.push_back(std::move(segment));
+    if (spare_id) {
+      segment->retired = true;
+      spares.push_back(std::move(segment));
+    } else {
+      found.push_back(std::move(segment));
+    }
   }
   if (ec) {
     return make_error(
@@ -264,7 +287,7 @@ Status DiskTier::rebuild_index() {
     std::atomic<size_t> next{0};
     const auto worker = [&] {
       for (size_t i = next++; i < found.size(); i = next++) {
-        scans[i] = scan_segment(found[i]->fd, found[i]->bytes);
+        scans[i] = scan_segment(found[i]->fd, found[i]->bytes, found[i]->id);
       }
     };
     std::vector<std::jthread> threads;
@@ -288,6 +311,15 @@ Status DiskTier::rebuild_index() {
     segments_[segment->id] = segment;
     disk_bytes_ += segment->bytes;
     next_segment_id_ = std::max(next_segment_id_, segment->id + 1);
+  }
+  for (const SegmentPtr& spare : spares) {
+    next_segment_id_ = std::max(next_segment_id_, spare->id + 1);
+    disk_bytes_ += spare->bytes;
+    if (spares_.size() < kMaxSpares && spare->bytes == segment_bytes_) {
+      spares_.push_back(spare);
+    } else {
+      drop_spare_locked(spare);
+    }
   }
   // In sequence order, so the newest record of a key wins and ends most recent. Every segment
   // is pinned meanwhile: one whose records so far were all superseded is not empty yet.
@@ -371,35 +403,99 @@ void DiskTier::maybe_retire_locked(const SegmentPtr& segment) {
 
 void DiskTier::retire_locked(const SegmentPtr& segment) {
   segment->retired = true;
+  segments_.erase(segment->id);
+  // Kept as a spare for a later segment where there is room for one (its file keeps counting
+  // toward the capacity): writing over blocks written before is much cheaper than writing into
+  // freshly allocated ones (ext4 converts unwritten extents as each write completes; here an
+  // O_DIRECT overwrite ran about twice as fast).
+  if (spares_.size() < kMaxSpares && segment->bytes == segment_bytes_) {
+    const fs::path spare = options_.directory / file_name(kSparePrefix, segment->id);
+    if (::rename(segment->path.c_str(), spare.c_str()) == 0) {
+      segment->path = spare;
+      spares_.push_back(segment);
+      return;
+    }
+  }
   ::unlink(segment->path.c_str());
   disk_bytes_ -= segment->bytes;
-  segments_.erase(segment->id);
   graveyard_.push_back(segment);  // closed (and its blocks freed) outside the lock
+}
+
+void DiskTier::drop_spare_locked(const SegmentPtr& spare) {
+  std::erase(spares_, spare);
+  ::unlink(spare->path.c_str());
+  disk_bytes_ -= spare->bytes;
+  graveyard_.push_back(spare);
+}
+
+Status DiskTier::free_space_step_locked() {
+  if (!spares_.empty()) {
+    drop_spare_locked(spares_.back());  // spares go before any live chunk
+    return {};
+  }
+  if (!lru_.empty()) {
+    erase_locked(lru_.back());  // retires the segment that this empties
+    ++evictions_;
+    return {};
+  }
+  // Nothing indexed is left: only empty segments waiting for appends in flight, or the active
+  // one.
+  if (active_ && active_->pending == 0) {
+    const SegmentPtr active = active_;
+    active_ = nullptr;
+    maybe_retire_locked(active);
+    return {};
+  }
+  return make_error(ErrorCode::kResourceExhausted,
+                    "disk tier: no room for another segment while writes are in flight");
 }
 
 Status DiskTier::make_room_locked(uint64_t extra_bytes) {
   while (disk_bytes_ + extra_bytes > options_.capacity_bytes) {
-    if (!lru_.empty()) {
-      erase_locked(lru_.back());  // deletes the segment that this empties
-      ++evictions_;
-      continue;
-    }
-    // Nothing indexed is left: only empty segments waiting for appends in flight, or the
-    // active one.
-    if (active_ && active_->pending == 0) {
-      const SegmentPtr active = active_;
-      active_ = nullptr;
-      maybe_retire_locked(active);
-      continue;
-    }
-    return make_error(ErrorCode::kResourceExhausted,
-                      "disk tier: no room for another segment while writes are in flight");
+    if (Status ok = free_space_step_locked(); !ok) return ok;
   }
   return {};
 }
 
+bool DiskTier::reuse_spare_locked() {
+  while (!spares_.empty()) {
+    // Only a spare that nothing else holds: a read still in flight on its old records must not
+    // meet new ones.
+    const auto it = std::ranges::find_if(spares_, [](const SegmentPtr& s) {
+      return s.use_count() == 1;  // spares_ alone; under mutex_ no new reference can appear
+    });
+    if (it == spares_.end()) return false;
+    const SegmentPtr spare = std::move(*it);
+    spares_.erase(it);
+    auto segment = std::make_shared<Segment>();
+    segment->id = next_segment_id_++;
+    segment->path = options_.directory / segment_name(segment->id);
+    struct stat st {};
+    if (::fstat(spare->fd, &st) != 0 || st.st_nlink == 0 ||
+        ::rename(spare->path.c_str(), segment->path.c_str()) != 0) {
+      drop_spare_locked(spare);  // deleted behind the tier's back, or not renamable
+      continue;
+    }
+    segment->fd = std::exchange(spare->fd, -1);
+    segment->bytes = spare->bytes;
+    segments_[segment->id] = segment;
+    active_ = segment;
+    compaction_due_ = true;
+    ++segments_reused_;
+    return true;
+  }
+  return false;
+}
+
 Status DiskTier::new_segment_locked() {
-  if (Status ok = make_room_locked(segment_bytes_); !ok) return ok;
+  // A spare first; else a new file where it fits, after making room. Making room evicts the
+  // least recently used chunks, and the segment they leave empty becomes a spare: so a full
+  // tier goes on writing into the files it has.
+  for (;;) {
+    if (reuse_spare_locked()) return {};
+    if (disk_bytes_ + segment_bytes_ <= options_.capacity_bytes) break;
+    if (Status ok = free_space_step_locked(); !ok) return ok;
+  }
   auto segment = std::make_shared<Segment>();
   segment->id = next_segment_id_++;
   segment->path = options_.directory / segment_name(segment->id);
@@ -543,6 +639,9 @@ DiskTier::WriteResult DiskTier::write_records(std::span<const ChunkKey> keys,
       }
       if (record_bytes > segment_bytes_) return false;  // kError: never fits
       Result<std::pair<SegmentPtr, uint64_t>> at = allocate_locked(record_bytes, checked);
+      if (!at && at.error().code == ErrorCode::kResourceExhausted) {
+        return false;  // kError for this key: all the room is in writes still in flight
+      }
       if (!at) {
         std::lock_guard failure(failure_mutex);
         result.error = at.error();
@@ -574,7 +673,8 @@ DiskTier::WriteResult DiskTier::write_records(std::span<const ChunkKey> keys,
       // what is written.
       if (whole == 0) hashed = std::span<const std::byte>(slot.bounce.data(), payload.size());
     }
-    tier_internal::encode_segment_header(keys[i], hashed, seq, slot.header.span());
+    tier_internal::encode_segment_header(keys[i], hashed, seq, placed[i].segment->id,
+                                         slot.header.span());
     return true;
   };
 
@@ -715,8 +815,9 @@ Result<std::vector<ChunkStatus>> DiskTier::do_get(std::span<const ChunkKey> keys
     const std::span<const std::byte> payload =
         bounced ? std::span<const std::byte>(slot.bounce.data(), out.size())
                 : std::span<const std::byte>(out);
-    if (transferred == expected && tier_internal::verify_segment_record(
-                                       slot.header.span(), keys[i], payload) == RecordCheck::kOk) {
+    if (transferred == expected &&
+        tier_internal::verify_segment_record(slot.header.span(), found[i].segment->id, keys[i],
+                                             payload) == RecordCheck::kOk) {
       if (bounced && !out.empty()) std::memcpy(out.data(), payload.data(), out.size());
       statuses[i] = ChunkStatus::kOk;
       return;
@@ -807,7 +908,7 @@ void DiskTier::maybe_compact(TimePoint deadline) {
                                                   segment_record_bytes(r.payload_bytes));
           intact[i] = transferred == static_cast<int64_t>(record.size()) &&
                       tier_internal::verify_segment_record(
-                          record.first(kIoAlign), r.key,
+                          record.first(kIoAlign), victim->id, r.key,
                           record.subspan(kIoAlign, r.payload_bytes)) == RecordCheck::kOk;
         },
         deadline);
@@ -892,7 +993,11 @@ Status DiskTier::do_ping(Duration) {
 
 size_t DiskTier::queue_depth_for(uint64_t chunk_bytes) const {
   const uint64_t record = segment_record_bytes(chunk_bytes);
-  return std::clamp<size_t>(kInflightBudget / record, 1, options_.queue_depth);
+  // At most a segment's worth of records in flight too: one call's appends then pin at most two
+  // segments, and a tier has room for four, so a call never runs out of room for its own writes
+  // (records that have landed can be evicted; records in flight cannot).
+  const uint64_t budget = std::min(kInflightBudget, segment_bytes_);
+  return std::clamp<size_t>(budget / record, 1, options_.queue_depth);
 }
 
 bool DiskTier::uses_io_uring() const {
@@ -929,6 +1034,16 @@ uint64_t DiskTier::compactions() const {
   return compactions_;
 }
 
+uint64_t DiskTier::segments_reused() const {
+  std::lock_guard lock(mutex_);
+  return segments_reused_;
+}
+
+size_t DiskTier::spare_count() const {
+  std::lock_guard lock(mutex_);
+  return spares_.size();
+}
+
 std::optional<DiskTier::RecordLocation> DiskTier::location_of(const ChunkKey& key) const {
   std::lock_guard lock(mutex_);
   auto it = index_.find(key);
@@ -944,13 +1059,14 @@ std::optional<DiskTier::RecordLocation> DiskTier::find_record(const fs::path& di
   std::error_code ec;
   for (auto it = fs::directory_iterator(directory, ec); !ec && it != fs::directory_iterator();
        it.increment(ec)) {
-    if (!parse_segment_name(it->path().filename().string())) continue;
+    const std::optional<uint64_t> id = parse_segment_name(it->path().filename().string());
+    if (!id) continue;
     const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;
     struct stat st {};
     if (::fstat(fd, &st) == 0) {
       const ScanResult scan =
-          scan_segment(fd, static_cast<uint64_t>(st.st_size) / kIoAlign * kIoAlign);
+          scan_segment(fd, static_cast<uint64_t>(st.st_size) / kIoAlign * kIoAlign, *id);
       for (const Scanned& r : scan.records) {
         if (r.header.key == key && (!best || r.header.seq > best_seq)) {
           best = RecordLocation{it->path(), r.offset, segment_record_bytes(r.header.payload_bytes)};

@@ -20,6 +20,9 @@ namespace {
 
 // Requests go out once this many bytes are prepared (see refill).
 constexpr size_t kSubmitBytes = size_t{1} << 20;
+// Reads that complete together are verified on the helper threads too from this many bytes on:
+// below it, handing work to another thread (a wakeup each) costs more than the checksums.
+constexpr size_t kParallelVerifyBytes = size_t{1} << 20;
 
 bool past(TimePoint deadline) {
   return SteadyClock::instance().now() >= deadline;
@@ -43,7 +46,7 @@ class Ring {
     if (ret == 0) {
       slots_.resize(2 * size_t{entries});  // in flight + completed, not yet handed back
       slot_item_.resize(slots_.size());
-      slot_read_.resize(slots_.size());
+      slot_read_bytes_.resize(slots_.size());
       slot_iov_.resize(slots_.size());
     }
     return ret;
@@ -100,7 +103,7 @@ class Ring {
         if (!prepare(item, slots_[s], request)) continue;
         free_slots.pop_back();
         slot_item_[s] = item;
-        slot_read_[s] = !request.write;
+        slot_read_bytes_[s] = request.write ? 0 : request.bytes();
         slot_iov_[s] = request.iov;                    // the kernel reads the iovecs at submission
         io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // never null: inflight < entries
         if (request.write) {
@@ -146,9 +149,12 @@ class Ring {
       const auto finish = [&](size_t k) {
         complete(slot_item_[done[k].slot], slots_[done[k].slot], done[k].result);
       };
-      const size_t reads = static_cast<size_t>(
-          std::ranges::count_if(done, [&](const Done& d) { return slot_read_[d.slot]; }));
-      if (reads > 1 && helpers != nullptr) {  // a write's completion is bookkeeping only
+      size_t reads = 0, read_bytes = 0;  // a write's completion is bookkeeping only
+      for (const Done& d : done) {
+        reads += slot_read_bytes_[d.slot] > 0;
+        read_bytes += slot_read_bytes_[d.slot];
+      }
+      if (reads > 1 && helpers != nullptr && read_bytes >= kParallelVerifyBytes) {
         helpers->run(done.size(), finish, SteadyClock::instance().now() + std::chrono::hours(24));
       } else {
         for (size_t k = 0; k < done.size(); ++k) finish(k);
@@ -183,7 +189,7 @@ class Ring {
   unsigned entries_ = 0;
   std::vector<IoSlot> slots_;
   std::vector<size_t> slot_item_;
-  std::vector<bool> slot_read_;
+  std::vector<size_t> slot_read_bytes_;  // bytes the slot's request reads; 0 for a write
   std::vector<std::array<iovec, 3>> slot_iov_;
 };
 

@@ -12,7 +12,7 @@ namespace kvtier::tier_internal {
 namespace {
 
 constexpr uint64_t kScanWindow = uint64_t{1} << 20;  // read ahead while resynchronizing
-constexpr char kMagic[4] = {'K', 'V', 'S', '1'};
+constexpr char kMagic[4] = {'K', 'V', 'S', '2'};
 constexpr size_t kChunkHeaderAt = 16;
 constexpr size_t kChecksumAt = kChunkHeaderAt + kChunkRecordHeaderBytes;  // 56
 static_assert(kChecksumAt + 8 == kSegmentHeaderBytes);
@@ -23,8 +23,8 @@ uint64_t load_u64(const std::byte* at) {
   return v;
 }
 
-uint64_t header_checksum(const std::byte* block) {
-  return xxh3_64_seeded(block, kChecksumAt, 0);
+uint64_t header_checksum(const std::byte* block, uint64_t segment_id) {
+  return xxh3_64_seeded(block, kChecksumAt, segment_id);
 }
 
 bool pread_all(int fd, std::byte* data, size_t bytes, uint64_t offset) {
@@ -42,7 +42,7 @@ bool pread_all(int fd, std::byte* data, size_t bytes, uint64_t offset) {
 }  // namespace
 
 void encode_segment_header(const ChunkKey& key, std::span<const std::byte> payload, uint64_t seq,
-                           std::span<std::byte> block) {
+                           uint64_t segment_id, std::span<std::byte> block) {
   std::memset(block.data(), 0, kIoAlign);
   std::memcpy(block.data(), kMagic, 4);
   const uint32_t header_bytes = kSegmentHeaderBytes;
@@ -51,18 +51,19 @@ void encode_segment_header(const ChunkKey& key, std::span<const std::byte> paylo
   encode_chunk_header(key, payload,
                       std::span<std::byte, kChunkRecordHeaderBytes>(block.data() + kChunkHeaderAt,
                                                                     kChunkRecordHeaderBytes));
-  const uint64_t checksum = header_checksum(block.data());
+  const uint64_t checksum = header_checksum(block.data(), segment_id);
   std::memcpy(block.data() + kChecksumAt, &checksum, 8);
 }
 
-std::optional<SegmentRecordHeader> parse_segment_header(std::span<const std::byte> block) {
+std::optional<SegmentRecordHeader> parse_segment_header(std::span<const std::byte> block,
+                                                        uint64_t segment_id) {
   if (block.size() < kSegmentHeaderBytes || std::memcmp(block.data(), kMagic, 4) != 0) {
     return std::nullopt;
   }
   uint32_t header_bytes;
   std::memcpy(&header_bytes, block.data() + 4, 4);
   if (header_bytes != kSegmentHeaderBytes ||
-      load_u64(block.data() + kChecksumAt) != header_checksum(block.data())) {
+      load_u64(block.data() + kChecksumAt) != header_checksum(block.data(), segment_id)) {
     return std::nullopt;
   }
   const std::byte* chunk = block.data() + kChunkHeaderAt;
@@ -72,14 +73,15 @@ std::optional<SegmentRecordHeader> parse_segment_header(std::span<const std::byt
                              .seq = load_u64(block.data() + 8)};
 }
 
-RecordCheck verify_segment_record(std::span<const std::byte> block, const ChunkKey& expected_key,
+RecordCheck verify_segment_record(std::span<const std::byte> block, uint64_t segment_id,
+                                  const ChunkKey& expected_key,
                                   std::span<const std::byte> payload) {
-  if (!parse_segment_header(block)) return RecordCheck::kCorrupt;
+  if (!parse_segment_header(block, segment_id)) return RecordCheck::kCorrupt;
   return verify_chunk_record(block.subspan(kChunkHeaderAt, kChunkRecordHeaderBytes), expected_key,
                              payload);
 }
 
-ScanResult scan_segment(int fd, uint64_t bytes) {
+ScanResult scan_segment(int fd, uint64_t bytes, uint64_t segment_id) {
   ScanResult result;
   // A file smaller than the read-ahead window is read into a buffer its size.
   const uint64_t window_bytes = std::min(kScanWindow, std::max<uint64_t>(bytes, kIoAlign));
@@ -97,7 +99,7 @@ ScanResult scan_segment(int fd, uint64_t bytes) {
       window_len = want;
     }
     const std::span<const std::byte> block(window.data() + (pos - window_at), kIoAlign);
-    const std::optional<SegmentRecordHeader> header = parse_segment_header(block);
+    const std::optional<SegmentRecordHeader> header = parse_segment_header(block, segment_id);
     const uint64_t record_bytes = header ? segment_record_bytes(header->payload_bytes) : 0;
     if (header && header->payload_bytes <= bytes && pos + record_bytes <= bytes) {
       result.records.push_back({*header, pos});
