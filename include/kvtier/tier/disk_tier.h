@@ -188,7 +188,9 @@ class DiskTier final : public Tier {
   // Frees one thing toward room: a spare, else the least recently used chunk, else an idle
   // empty active segment; kResourceExhausted when nothing can go.
   Status free_space_step_locked();
-  void drop_spare_locked(const SegmentPtr& spare);
+  // Deletes a spare's file; by value, because the caller's pointer may be spares_'s own element,
+  // which this erases.
+  void drop_spare_locked(SegmentPtr spare);
   void insert_locked(const ChunkKey& key, const SegmentPtr& segment, uint64_t offset,
                      uint64_t payload_bytes);
   void erase_locked(const ChunkKey& key);

@@ -421,11 +421,11 @@ void DiskTier::retire_locked(const SegmentPtr& segment) {
   graveyard_.push_back(segment);  // closed (and its blocks freed) outside the lock
 }
 
-void DiskTier::drop_spare_locked(const SegmentPtr& spare) {
+void DiskTier::drop_spare_locked(SegmentPtr spare) {
   std::erase(spares_, spare);
   ::unlink(spare->path.c_str());
   disk_bytes_ -= spare->bytes;
-  graveyard_.push_back(spare);
+  graveyard_.push_back(std::move(spare));
 }
 
 Status DiskTier::free_space_step_locked() {
