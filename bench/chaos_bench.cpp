@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -76,11 +78,18 @@ class Tally {
     faults_[kind] += n;
     total_faults_ += n;
   }
+  // The epoch running now, named in what violation() prints.
+  void epoch(uint64_t number, const std::string& mode) {
+    std::lock_guard lock(mutex_);
+    epoch_ = "epoch " + std::to_string(number) + " (" + mode + ")";
+  }
   // A violation of the oracle: counted under `what`, the first ones printed to stderr.
   void violation(const std::string& what, const std::string& detail) {
     std::lock_guard lock(mutex_);
     ++violations_[what];
-    if (printed_++ < 50) std::cerr << "bench chaos: " << what << ": " << detail << "\n";
+    if (printed_++ < 50) {
+      std::cerr << "bench chaos: " << what << ": " << epoch_ << ": " << detail << "\n";
+    }
   }
   void completed() { ++completed_; }
   void failed_request() { ++failed_requests_; }
@@ -111,6 +120,7 @@ class Tally {
   uint64_t total_faults_ = 0;
   std::map<std::string, uint64_t> violations_;
   uint64_t printed_ = 0;
+  std::string epoch_ = "before the first epoch";
   std::atomic<uint64_t> completed_{0};
   std::atomic<uint64_t> failed_requests_{0};
   std::atomic<uint64_t> not_ready_{0};
@@ -620,6 +630,18 @@ std::vector<std::string> kvtierd_sets(const ServerSide& side) {
 // past the 1 s stall timeout while it starts, and /health says so) is started again, as an
 // orchestrator restarts a process that fails its readiness check, and counted; the third
 // failure in a row ends the run.
+// The last lines kvtierd logged, to stderr: a run that found wrong outputs removes its directory,
+// and with it the only record of what the server saw.
+void print_kvtierd_log_tail(const std::filesystem::path& log, size_t max_lines) {
+  std::ifstream in(log);
+  std::deque<std::string> tail;
+  for (std::string line; std::getline(in, line);) {
+    tail.push_back(std::move(line));
+    if (tail.size() > max_lines) tail.pop_front();
+  }
+  for (const std::string& line : tail) std::cerr << "bench chaos: kvtierd.log: " << line << "\n";
+}
+
 std::unique_ptr<ServeInstance> start_instance(const std::string& exe,
                                               const std::vector<std::string>& sets, Tally& tally) {
   for (int attempt = 1;; ++attempt) {
@@ -683,6 +705,7 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
         sets.insert(sets.end(), more.begin(), more.end());
       }
       ++epochs;
+      tally.epoch(epochs, server ? "server" : "local");
       const std::unique_ptr<ServeInstance> serve = start_instance(exe, sets, tally);
       Epoch epoch(*serve, server, faults.may_fail_stop, rng, side, tally);
       nlohmann::ordered_json row{{"bench", "chaos_epoch"},
@@ -697,6 +720,7 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
     std::cerr << "bench chaos: " << e.what() << "\n";
     code = 2;
   }
+  if (tally.violations("wrong_outputs") > 0) print_kvtierd_log_tail(dir / "kvtierd.log", 60);
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   const double chaos_s = chaos_start ? ms_between(*chaos_start, BenchClock::now()) / 1000 : 0;
