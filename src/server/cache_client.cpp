@@ -126,6 +126,20 @@ void ClientImpl::enqueue_all(std::vector<Call> calls) {
       return;
     }
   }
+  if (health().fail_stopped) {
+    // F7: an Unprovable transfer's server copies may still read or write the memory a new
+    // transfer would name (a RETRIEVE into blocks a lost STORE still reads): none is sent.
+    std::vector<Call> kept;
+    for (Call& call : calls) {
+      if (call.moves_data) {
+        end_all(call, End::kNotSent, "skipped: this client fail-stopped (F7)");
+      } else {
+        kept.push_back(std::move(call));
+      }
+    }
+    calls = std::move(kept);
+    if (calls.empty()) return;
+  }
   bool was_empty = false;
   {
     std::lock_guard lock(outbox_mu_);
@@ -155,6 +169,7 @@ ClientImpl::Call ClientImpl::transfer_call(Request request, JobId job, Direction
   Call call;
   call.deadline = SteadyClock::instance().now() + options_.transfer_deadline;  // F8: from here
   call.needs_ok = true;
+  call.moves_data = true;
   call.requests.push_back(std::move(request));
   call.on_end = [this, p, job, direction](size_t, End end, Reply* reply, std::string why) {
     Outcome outcome = Outcome::kUnprovable;

@@ -32,6 +32,9 @@ class ClientImpl {
     uint64_t lock_ms = 0;   // of every LOOKUP of the call
     TimePoint deadline;     // of every request of the call
     bool needs_ok = false;  // skipped (kNotSent) unless the client is OK
+    // STORE/RETRIEVE: names the client's memory, so skipped (kNotSent) once the client fail
+    // stopped (F7): a server copy of an Unprovable transfer may still use that memory.
+    bool moves_data = false;
     // Called exactly once for each request (its index in `requests`), on the I/O thread (or on
     // the caller's thread when skipped). `reply` is set for kReply only; it may be moved from.
     std::function<void(size_t index, End, Reply* reply, std::string why)> on_end;

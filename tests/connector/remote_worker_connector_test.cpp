@@ -248,5 +248,33 @@ TEST_F(RemoteWorkerConnectorInStepTest, F8_AHungLoadHoldsStartLoadNoLongerThanIt
   EXPECT_EQ(connector_.in_flight(), 0u);
 }
 
+// F7 with F10: a STORE whose reply never came (kvtierd may still be copying from its blocks)
+// keeps them unwritten. A step that gives those blocks to a loading request waits for the STORE
+// (the flush), sees it Unprovable, and sends no RETRIEVE into them: the load fails unsent.
+TEST_F(RemoteWorkerConnectorInStepTest, F7_NoRetrieveWritesTheBlocksOfAFlushedUnprovableStore) {
+  fill(4, 30);
+  store(1, {4, 5, 6, 7}, key_);
+  ASSERT_EQ(outcome_of(until_verdict(1).back(), 1), Outcome::kCompleted);
+  fill(0, 70);
+  std::vector<std::byte> before(layout_.groups[0].layer_block_bytes());
+  std::memcpy(before.data(), block(0, 0), before.size());
+  connector_.set_test_hook(Direction::kStore, server::TestHook::kHangCopies);
+  store(2, {0, 1, 2, 3}, ChunkKey{.lo = 8, .hi = 12});
+  connector_.set_test_hook(Direction::kStore, server::TestHook::kNone);
+  ASSERT_TRUE(eventually([&] { return server_stats().field("transfers_in_flight") == 1; }));
+
+  // The blocks of store 2 go to a request that loads key_ into them.
+  connector_.start_load(StepMetadata{.loads = {job(3, {0, 1, 2, 3}, key_)}, .flush = {2}});
+  EXPECT_TRUE(connector_.fail_stopped()) << "the flushed store is Unprovable";
+  const WorkerOutput out = connector_.take_output();
+  EXPECT_EQ(outcome_of(out, 2), Outcome::kUnprovable);
+  EXPECT_EQ(outcome_of(out, 3), Outcome::kFailed) << "never sent";
+  EXPECT_EQ(out.invalid_blocks, (GroupBlocks{{0, 1, 2, 3}})) << "F4";
+  EXPECT_EQ(std::memcmp(block(0, 0), before.data(), before.size()), 0)
+      << "a RETRIEVE wrote a block that kvtierd's STORE may still read";
+  EXPECT_EQ(server_stats().field("retrieves_completed"), 0u);
+  kvtierd_->kill_now();  // its STORE copies hang until it ends
+}
+
 }  // namespace
 }  // namespace kvtier::testing

@@ -176,5 +176,22 @@ TEST(EngineCoreHealth, H4_UnprovableTransferFailStopsTheEngine) {
   EXPECT_NE(h.failed()->find("fail-stop"), std::string::npos) << *h.failed();
 }
 
+// F7: a rank that fail-stopped in start_load (whole-request stores go there, and each one's end
+// marker fails) computes nothing more: it leaves before the step's forward pass, so the request
+// gets no token of that step (only the prefill's, computed before any store was sent).
+TEST(EngineCoreHealth, F7_RankThatFailStopsInStartLoadLeavesBeforeItsForwardPass) {
+  Config config = small_engine(2);
+  config.connector.transfer_granularity = TransferGranularity::kRequest;
+  config.faults.record_failure_rate = 1.0;
+  config.faults.direction = FaultDirection::kStore;
+  CoreProcessHarness h(config);
+  ASSERT_TRUE(h.wait_ready());
+  const Completion c = h.complete(text(200, 6), 4, std::chrono::seconds(10));
+  ASSERT_TRUE(h.wait_until([&] { return h.failed().has_value(); }, std::chrono::seconds(5)));
+  EXPECT_NE(h.failed()->find("fail-stop (F7) before the forward pass"), std::string::npos)
+      << *h.failed();
+  EXPECT_LE(c.tokens.size(), 1u) << "a token of a forward pass after the fail-stop";
+}
+
 }  // namespace
 }  // namespace kvtier::testing

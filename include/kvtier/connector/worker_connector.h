@@ -35,7 +35,8 @@
 //   earlier (F4), per group.
 // - flush: the forward pass enqueued after start_load cannot write a block before every store
 //   in the flush set finished reading it (F10); a store that cannot be fenced makes this rank
-//   fail-stop (F7).
+//   fail-stop (F7), and fail_stopped() is then true when start_load returns: the worker must not
+//   enqueue the forward pass (the store may still read what it would write).
 // - A load's blocks hold its bytes before the forward pass that reads them: the engine computes
 //   a loading request only after the load's verdict was reported, or (layer-wise) reads a
 //   layer's loaded blocks only after wait_for_layer_load(layer), or after a start_load that

@@ -10,7 +10,9 @@
 //   memory stopped, F11) or when the request was never sent (cache degraded, no connection);
 //   Unprovable on an "unprovable" error reply, at the deadline, or when the server is lost
 //   while it is outstanding (the connection is gone, or the boot id changed). Unprovable means:
-//   keep the blocks' leases forever and fail stop (F7); fail_stopped() turns true and stays.
+//   keep the blocks' leases forever and fail stop (F7); fail_stopped() turns true and stays, and
+//   from then on STORE/RETRIEVE are Failed without being sent (a server copy may still use the
+//   memory they would name).
 // - Health: OK while registered with a live server. A server that does not answer a PING
 //   within one heartbeat interval, that cannot be reached, or whose boot id changed makes the
 //   client DEGRADED (so a dead or hung server is seen within two intervals); while not OK, lookups

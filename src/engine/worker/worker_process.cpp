@@ -122,6 +122,7 @@ class Worker {
       ++i;
     }
     connector_->start_load(meta);
+    if (connector_->fail_stopped()) leave_fail_stopped(connector_->take_output().fail_stop_reason);
     std::vector<TokenId> sampled;
     if (!inputs.empty()) {
       // The forward pass runs on the compute stream, one layer at a time, in order with the
@@ -145,6 +146,24 @@ class Worker {
         {"t", "done"}, {"step", body.at("step")}, {"tokens", sampled}, {"output", to_json(out)}};
     if (injects_faults_) done["faults"] = to_json(fault_.counts());
     send_message(socket_, done);
+  }
+
+  // F7: a rank that cannot prove its copies stopped writes no more KV. When the fail-stop shows
+  // in start_load, a store of the flush set may still be reading the blocks this step's forward
+  // pass would write (kvtierd would publish what it wrote), so the pass is never enqueued. The
+  // engine core fails on the message and ends this process; until then it computes nothing.
+  // Unlike a fatal error's exit, the socket stays open, so the message is delivered.
+  [[noreturn]] void leave_fail_stopped(const std::string& reason) {
+    const std::string message = "fail-stop (F7) before the forward pass: " + reason;
+    log_error(message);
+    send_message(socket_, {{"t", "fatal"}, {"rank", rank_}, {"message", message}});
+    for (;;) {
+      if (stop_requested_.load()) std::_Exit(1);
+      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, heartbeat_) == 0) continue;
+      auto msg = try_receive(socket_, false);
+      if (msg && *msg && (**msg).body["t"] == "shutdown") std::_Exit(1);
+    }
   }
 
   void send_heartbeat() {
