@@ -275,6 +275,27 @@ bool health_503_within(const ServeInstance& serve, BenchClock::time_point since,
   }
 }
 
+// The last `max_lines` lines of the file at `path`.
+std::string last_lines(const std::filesystem::path& path, size_t max_lines) {
+  std::ifstream in(path);
+  std::deque<std::string> tail;
+  for (std::string line; std::getline(in, line);) {
+    tail.push_back(std::move(line));
+    if (tail.size() > max_lines) tail.pop_front();
+  }
+  std::string text;
+  for (const std::string& line : tail) text += line + "\n";
+  return text;
+}
+
+// A log's lines, to stderr, each named by `name`: a run that found wrong outputs removes
+// the instances' and kvtierd's directories, and with them the only record of what they saw.
+void print_log_tail(const std::string& name, const std::string& text) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    std::cerr << "bench chaos: " << name << ": " << line << "\n";
+}
+
 // The device faults of an epoch's instance: the `faults` section's rates, direction and seed.
 struct DeviceFaults {
   std::vector<std::string> sets;
@@ -323,6 +344,7 @@ class Epoch {
   // Returns the epoch's row (without its number and device faults).
   nlohmann::ordered_json run(const std::vector<ChaosRequest>& requests, size_t max_tokens) {
     const uint64_t faults_before = tally_.total_faults();
+    const uint64_t wrong_before = tally_.violations("wrong_outputs");
     const auto start = BenchClock::now();
     std::string ended = "time", audit = "skipped";
     uint64_t completed = 0;
@@ -369,8 +391,12 @@ class Epoch {
           metric_sum(metrics, std::string("kvtier_core_fault_injector_") + kind + "_total"));
       if (n > 0) tally_.fault(std::string("device_") + kind, n);
     }
+    // Wrong outputs: the instance's log goes with it at the epoch's end, so its tail is kept.
+    const uint64_t wrong = tally_.violations("wrong_outputs") - wrong_before;
+    if (wrong > 0) print_log_tail("serve.log", serve_.log_tail(8000));
     return nlohmann::ordered_json{{"faults", tally_.total_faults() - faults_before},
                                   {"requests_completed", completed},
+                                  {"wrong_outputs", wrong},
                                   {"wall_s", ms_between(start, BenchClock::now()) / 1000},
                                   {"ended", ended},
                                   {"audit", audit},
@@ -630,18 +656,6 @@ std::vector<std::string> kvtierd_sets(const ServerSide& side) {
 // past the 1 s stall timeout while it starts, and /health says so) is started again, as an
 // orchestrator restarts a process that fails its readiness check, and counted; the third
 // failure in a row ends the run.
-// The last lines kvtierd logged, to stderr: a run that found wrong outputs removes its directory,
-// and with it the only record of what the server saw.
-void print_kvtierd_log_tail(const std::filesystem::path& log, size_t max_lines) {
-  std::ifstream in(log);
-  std::deque<std::string> tail;
-  for (std::string line; std::getline(in, line);) {
-    tail.push_back(std::move(line));
-    if (tail.size() > max_lines) tail.pop_front();
-  }
-  for (const std::string& line : tail) std::cerr << "bench chaos: kvtierd.log: " << line << "\n";
-}
-
 std::unique_ptr<ServeInstance> start_instance(const std::string& exe,
                                               const std::vector<std::string>& sets, Tally& tally) {
   for (int attempt = 1;; ++attempt) {
@@ -720,7 +734,8 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
     std::cerr << "bench chaos: " << e.what() << "\n";
     code = 2;
   }
-  if (tally.violations("wrong_outputs") > 0) print_kvtierd_log_tail(dir / "kvtierd.log", 60);
+  if (tally.violations("wrong_outputs") > 0)
+    print_log_tail("kvtierd.log", last_lines(dir / "kvtierd.log", 60));
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   const double chaos_s = chaos_start ? ms_between(*chaos_start, BenchClock::now()) / 1000 : 0;
