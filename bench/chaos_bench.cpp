@@ -223,13 +223,20 @@ class Clients {
       if (r.wall_ms > static_cast<double>(bound.count())) {
         tally_.violation("hung_requests", which + " took " + std::to_string(r.wall_ms) + " ms");
       }
+      // How much of the prompt a cache served, when the stream got as far as its usage.
+      const std::string cached = r.cached_tokens && r.prompt_tokens
+                                     ? " (" + std::to_string(*r.cached_tokens) + " of its " +
+                                           std::to_string(*r.prompt_tokens) +
+                                           " prompt tokens cached)"
+                                     : "";
       if (!expected.starts_with(r.text)) {
-        tally_.violation("wrong_outputs",
-                         which + ": got \"" + r.text + "\", the reference is \"" + expected + "\"");
+        tally_.violation("wrong_outputs", which + ": got \"" + r.text + "\", the reference is \"" +
+                                              expected + "\"" + cached);
       } else if (r.status == 200 && r.done && !r.hung_up) {
         if (r.text != expected) {
           tally_.violation("wrong_outputs", which + " completed with \"" + r.text +
-                                                "\", the reference is \"" + expected + "\"");
+                                                "\", the reference is \"" + expected + "\"" +
+                                                cached);
         }
         tally_.completed();
         ++completed_;

@@ -142,7 +142,14 @@ StreamResult ServeInstance::stream(const std::string& prompt, size_t max_tokens,
       if (event == "data: [DONE]") result.done = !result.error_event;
       if (!event.starts_with("data: ") || event == "data: [DONE]") continue;
       const auto j = nlohmann::json::parse(event.substr(6), nullptr, false);
-      if (!j.is_object() || !j.contains("choices")) continue;
+      if (!j.is_object()) continue;
+      if (const auto usage = j.find("usage"); usage != j.end() && usage->is_object()) {
+        result.prompt_tokens = usage->value("prompt_tokens", size_t{0});
+        const auto details = usage->find("prompt_tokens_details");
+        if (details != usage->end() && details->is_object())
+          result.cached_tokens = details->value("cached_tokens", size_t{0});
+      }
+      if (!j.contains("choices")) continue;
       const std::string piece = j["choices"][0].value("text", "");
       if (!piece.empty()) {
         result.last_piece_ms = ms_since(t0);

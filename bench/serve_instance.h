@@ -35,6 +35,9 @@ struct StreamResult {
   size_t pieces = 0;              // data events that carried generated text
   double last_piece_ms = 0;       // time to the last of them
   double wall_ms = 0;             // from the request to its end
+  // The final chunk's usage: prompt tokens, and those of them served from a cache.
+  std::optional<size_t> prompt_tokens;
+  std::optional<size_t> cached_tokens;
 };
 
 // Samples of `name` in a /metrics text, summed over their labels (0 when there is none).
