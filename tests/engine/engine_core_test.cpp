@@ -166,12 +166,16 @@ TEST(EngineCoreHealth, H6_WorkerInAStepLongerThanTheStallTimeoutIsNotStalled) {
   EXPECT_FALSE(h.failed().has_value()) << *h.failed();
 }
 
+// The request's only step (its prefill, max_tokens 1) stores its chunks layer by layer, and each
+// store's end marker fails. No step follows, so no worker's next start_load can find the
+// fail-stop (F7): the engine core itself must turn FAILED after that step.
 TEST(EngineCoreHealth, H4_UnprovableTransferFailStopsTheEngine) {
   Config config = small_engine(2);
   config.faults.record_failure_rate = 1.0;  // every end marker fails: Unprovable (F7)
   CoreProcessHarness h(config);
   ASSERT_TRUE(h.wait_ready());
-  const Completion c = h.complete(text(200, 6), 4, std::chrono::seconds(10));
+  const Completion c = h.complete(text(200, 6), 1, std::chrono::seconds(10));
+  EXPECT_TRUE(c.done);
   ASSERT_TRUE(h.wait_until([&] { return h.failed().has_value(); }, std::chrono::seconds(5)));
   EXPECT_NE(h.failed()->find("fail-stop"), std::string::npos) << *h.failed();
 }
