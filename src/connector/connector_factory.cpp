@@ -180,8 +180,10 @@ std::unique_ptr<WorkerConnector> ConnectorFactory::worker(const WorkerSetup& set
       }
       return std::make_unique<OwningLocalWorker>(config_, shape_, setup);
     case CacheMode::kServer: {
-      auto remote = std::make_unique<RemoteWorkerConnector>(setup.rank, shape_.layout,
-                                                            setup.device_blocks, config_);
+      auto remote = std::make_unique<RemoteWorkerConnector>(
+          setup.rank, shape_.layout, setup.device_blocks, config_, setup.while_waiting);
+      if (config_.faults.stall_server_loads)
+        remote->set_test_hook(Direction::kLoad, server::TestHook::kStall);
       // A server that is not up yet only makes this rank's loads and stores fail (H7).
       remote->wait_until_ok(seconds_to_duration(config_.server.connect_timeout_s));
       return remote;

@@ -248,6 +248,10 @@ const std::vector<Field>& config_fields() {
         faults.field("slow_forward_s", &FaultsConfig::slow_forward_s, seconds_or_zero(),
                      "Test hook: every forward pass of the workers takes at least this long; a "
                      "worker busy in a long step is not a silent one. (H6)"),
+        faults.field("stall_server_loads", &FaultsConfig::stall_server_loads, boolean(),
+                     "Test hook: with cache.mode server and kvtierd run with test hooks, kvtierd "
+                     "takes 2 s over every RETRIEVE of the workers; a worker waiting for its "
+                     "cache server is not a silent one. (H6, H7)"),
         server.field("endpoint", &ServerConfig::endpoint, text(),
                      "ZeroMQ endpoint kvtierd binds and clients connect to, e.g. "
                      "tcp://127.0.0.1:5557 or ipc:///tmp/kvtierd.sock."),

@@ -178,5 +178,21 @@ TEST(EngineCoreServerModeHealth, H7_HungKvtierdIsNamedDegradedWithoutStallingThe
   EXPECT_FALSE(h.failed().has_value()) << *h.failed();
 }
 
+// A worker whose start_load waits for kvtierd (each RETRIEVE held 2 s, four stall timeouts) keeps
+// heartbeating: a slow cache server holds the step but does not fail the engine as stalled.
+TEST(EngineCoreServerModeHealth, H6_H7_WorkerWaitingForASlowKvtierdIsNotStalled) {
+  const RunResult off = shared_prefix_run(small_device(false));
+  Config config = server_mode(small_device(true), unique_endpoint());
+  config.engine.stall_timeout_s = 0.5;
+  config.faults.stall_server_loads = true;
+  const auto kvtierd = start_kvtierd(engine_shape(config).layout.groups.at(0),
+                                     config.server.endpoint, /*test_hooks=*/true);
+  const RunResult on = shared_prefix_run(config);
+  EXPECT_EQ(on.outputs, off.outputs);
+  ASSERT_EQ(on.cached.size(), 6u);
+  EXPECT_GE(on.cached[3], 384u) << "A's prefix comes back from kvtierd, 2 s late";
+  EXPECT_EQ(on.counters.value("kvtier_loads_failed_total", -1), 0) << on.counters.dump();
+}
+
 }  // namespace
 }  // namespace kvtier::testing

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,11 @@ struct WorkerSetup {
   // the copies run there) and the stream its forward pass writes KV on (F10 fences).
   Device* device = nullptr;
   StreamHandle compute_stream{};
+  // cache.mode server: called about every engine.heartbeat_interval_s while start_load waits
+  // for kvtierd (flushed stores, loads in the step); the worker heartbeats from it, so a slow
+  // or paused cache server holds the step (each wait ends by its deadline, F8) without making
+  // the worker look stalled (H6, H7). May be empty.
+  std::function<void()> while_waiting;
 };
 
 class ConnectorFactory {

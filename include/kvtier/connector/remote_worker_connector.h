@@ -22,14 +22,17 @@
 //   has its verdict (each RETRIEVE resolves by its deadline, F8), its scratch copies done. So
 //   the engine computes a loading request in the step its load starts, and discards what it
 //   computed when the verdict is not Completed (F4). The price: a kvtierd that stops answering
-//   in the middle of a RETRIEVE holds that step until the deadline. Without it start_load only
-//   sends the RETRIEVEs; a loading request is computed in a step after its verdict, and a step
-//   never waits for a load.
+//   in the middle of a RETRIEVE holds that step until the deadline. While start_load waits (for
+//   these loads or for flushed stores) it calls `while_waiting` about every
+//   engine.heartbeat_interval_s, so the worker keeps heartbeating (H6, H7). Without load_in_step,
+//   start_load only sends the RETRIEVEs; a loading request is computed in a step after its verdict,
+//   and a step never waits for a load.
 // - audit() also asks kvtierd (STATS): its cache audits clean, and it has no transfer of this
 //   rank in flight unless one was Unprovable; kUnavailable when kvtierd does not answer.
 // Not thread-safe: the rank's worker loop calls it (the client has its own I/O thread).
 #pragma once
 
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -47,8 +50,9 @@ namespace kvtier {
 class RemoteWorkerConnector final : public WorkerConnector {
  public:
   // Connects in the background (server.endpoint); the caller may wait_until_ok().
+  // `while_waiting` may be empty.
   RemoteWorkerConnector(uint32_t rank, const KvLayout& layout, uint32_t device_blocks,
-                        const Config& config);
+                        const Config& config, std::function<void()> while_waiting = {});
   ~RemoteWorkerConnector() override;
 
   uint32_t rank() const override { return rank_; }
@@ -88,6 +92,7 @@ class RemoteWorkerConnector final : public WorkerConnector {
   std::optional<uint32_t> take_scratch(uint32_t group);
   uint32_t scratch_block(uint32_t group, uint32_t scratch, uint32_t i) const;
   void copy_block(uint32_t group, uint32_t from, uint32_t to);
+  void wait(std::future<TransferResult>& part);
   void collect();
   void finish(JobId id, Job& job);
 
@@ -96,6 +101,8 @@ class RemoteWorkerConnector final : public WorkerConnector {
   uint32_t device_blocks_;
   Duration request_timeout_;
   bool loads_end_in_step_;  // connector.load_in_step: start_load waits for its loads
+  std::function<void()> while_waiting_;
+  Duration wait_tick_;  // engine.heartbeat_interval_s: how often start_load calls while_waiting_
   std::unique_ptr<SharedKvArena> arena_;
   KvCacheAddresses caches_;  // what the model sees
   KvCacheAddresses all_;     // device blocks and scratch

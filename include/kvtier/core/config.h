@@ -135,6 +135,9 @@ struct FaultsConfig {
   bool stall_scheduler = false;
   // Test hook (H6): every forward pass of the engine's workers takes at least this long.
   double slow_forward_s = 0;
+  // Test hook (H6, H7): cache.mode server, kvtierd run with test hooks: kvtierd takes 2 s over
+  // every RETRIEVE of the engine's workers.
+  bool stall_server_loads = false;
 
   bool operator==(const FaultsConfig&) const = default;
 };

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 namespace kvtier {
 namespace {
@@ -19,12 +20,15 @@ uint32_t max_blocks_per_chunk(const KvLayout& layout) {
 }  // namespace
 
 RemoteWorkerConnector::RemoteWorkerConnector(uint32_t rank, const KvLayout& layout,
-                                             uint32_t device_blocks, const Config& config)
+                                             uint32_t device_blocks, const Config& config,
+                                             std::function<void()> while_waiting)
     : rank_(rank),
       layout_(layout),
       device_blocks_(device_blocks),
       request_timeout_(seconds_to_duration(config.server.request_timeout_s)),
-      loads_end_in_step_(config.connector.load_in_step) {
+      loads_end_in_step_(config.connector.load_in_step),
+      while_waiting_(std::move(while_waiting)),
+      wait_tick_(seconds_to_duration(config.engine.heartbeat_interval_s)) {
   const uint32_t blocks = device_blocks + kScratchChunks * max_blocks_per_chunk(layout);
   arena_ = std::make_unique<SharedKvArena>(layout, blocks, "rank" + std::to_string(rank));
   caches_ = arena_->addresses(device_blocks);
@@ -118,7 +122,7 @@ void RemoteWorkerConnector::start_load(const StepMetadata& metadata) {
   for (JobId id : metadata.flush) {
     auto it = jobs_.find(id);
     if (it == jobs_.end() || it->second.direction != Direction::kStore) continue;
-    for (auto& part : it->second.parts) part.wait();  // resolves by its deadline (F8)
+    for (auto& part : it->second.parts) wait(part);
   }
   for (const TransferJob& t : metadata.loads) submit(t, Direction::kLoad);
   if (!loads_end_in_step_) return;
@@ -126,7 +130,7 @@ void RemoteWorkerConnector::start_load(const StepMetadata& metadata) {
   // verdict says they do not) before the forward pass is enqueued.
   for (const TransferJob& t : metadata.loads) {
     auto it = jobs_.find(t.job);
-    for (auto& part : it->second.parts) part.wait();  // resolves by its deadline (F8)
+    for (auto& part : it->second.parts) wait(part);
     finish(it->first, it->second);
     jobs_.erase(it);
   }
@@ -174,6 +178,13 @@ void RemoteWorkerConnector::finish(JobId id, Job& job) {
   }
   finished_.push_back(JobVerdict{
       .job = id, .outcome = outcome, .error = outcome == Outcome::kCompleted ? "" : error});
+}
+
+// A part resolves by its deadline (F8); until then the worker hears from us.
+void RemoteWorkerConnector::wait(std::future<TransferResult>& part) {
+  while (part.wait_for(wait_tick_) != std::future_status::ready) {
+    if (while_waiting_) while_waiting_();
+  }
 }
 
 void RemoteWorkerConnector::collect() {

@@ -50,7 +50,8 @@ class Worker {
                      .worker(WorkerSetup{.rank = rank,
                                          .device_blocks = shape_.device_blocks,
                                          .device = &fault_,
-                                         .compute_stream = compute_});
+                                         .compute_stream = compute_,
+                                         .while_waiting = [this] { heartbeat_if_due(); }});
     caches_ = connector_->kv_caches();
     if (shape_.world_size == 1) {
       collective_ = std::make_unique<SingleRankCollective>();
@@ -170,6 +171,9 @@ class Worker {
     send_message(socket_, {{"t", "hb"}, {"rank", rank_}});
     next_heartbeat_ = std::chrono::steady_clock::now() + heartbeat_;
   }
+  void heartbeat_if_due() {
+    if (std::chrono::steady_clock::now() >= next_heartbeat_) send_heartbeat();
+  }
 
   // Waits for the forward pass on the compute stream, heartbeating meanwhile: the engine core's
   // stall check (H6) hears from this process while it is scheduled at all, also during a step
@@ -178,7 +182,7 @@ class Worker {
   void wait_for_forward_pass() {
     auto backoff = std::chrono::microseconds(10);
     while (!fault_.query(step_done_)) {
-      if (std::chrono::steady_clock::now() >= next_heartbeat_) send_heartbeat();
+      heartbeat_if_due();
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
     }
