@@ -82,8 +82,9 @@ struct WorkerSetup {
   StreamHandle compute_stream{};
   // cache.mode server: called about every engine.heartbeat_interval_s while start_load waits
   // for kvtierd (flushed stores, loads in the step); the worker heartbeats from it, so a slow
-  // or paused cache server holds the step (each wait ends by its deadline, F8) without making
-  // the worker look stalled (H6, H7). May be empty.
+  // cache server (one that still answers its client's PINGs) holds the step, each wait ending
+  // by its deadline (F8), without making the worker look stalled (H6, H7). A server the client
+  // loses meanwhile ends the wait at once, Unprovable (F7). May be empty.
   std::function<void()> while_waiting;
 };
 
