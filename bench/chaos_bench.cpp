@@ -485,13 +485,18 @@ class Epoch {
 
   // An instance that failed: a process killed by a signal the driver did not send crashed (a
   // defect); a failure with no fatal fault and no record failure drawn is unexplained (shown, for
-  // a person to judge).
+  // a person to judge), and so is a stall after a long stop of kvtierd or Redis: a paused cache
+  // server holds steps, but the processes waiting for it keep heartbeating (H6, H7).
   void judge_failure(const std::string& reason) {
     static const std::regex signal(R"(killed by signal ([0-9]+))");
     std::smatch m;
     if (std::regex_search(reason, m, signal) && m[1] != "9")
       tally_.violation("crashes", "epoch instance: " + reason);
     if (fatal_kind_.empty() && !may_fail_stop_) tally_.violation("unexplained_failures", reason);
+    const bool cache_paused =
+        fatal_kind_ == "sigstop_kvtierd_long" || fatal_kind_ == "sigstop_redis_long";
+    if (cache_paused && reason.find("stalled") != std::string::npos)
+      tally_.violation("unexplained_failures", "after " + fatal_kind_ + ": " + reason);
   }
 
   // A fault that takes down a process: the health oracle's bounds apply.
