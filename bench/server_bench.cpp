@@ -335,23 +335,39 @@ double redis_lookups(const RedisProcess& redis, size_t lookups, uint64_t round, 
       });
 }
 
-// The copy limit: one thread memcpy's the same bytes between the client's region and a host pool
-// like kvtierd's, piece by piece as the chunks lie in it (gather for store, scatter for
-// retrieve), as kvtierd's copy does (one copy stream per direction).
-double memcpy_transfer(const KvRegion& region, std::byte* pool, uint32_t num_chunks, bool store) {
+// The copy limit: `threads` threads (kvtierd's copy threads) memcpy the same bytes between the
+// client's region and a host pool like kvtierd's, piece by piece as the chunks lie in it (gather
+// for store, scatter for retrieve), each thread a contiguous share of the chunks. The threads
+// start before the clock does.
+double memcpy_transfer(const KvRegion& region, std::byte* pool, uint32_t num_chunks, bool store,
+                       size_t threads) {
   const size_t chunk_bytes = region.layout.groups[0].chunk_bytes();
-  const auto t0 = Clock::now();
-  for (uint32_t c = 0; c < num_chunks; ++c) {
-    std::byte* slot = pool + size_t{c} * chunk_bytes;
-    region.for_each_piece(c, [&](std::byte* p, size_t bytes) {
-      if (store) {
-        std::memcpy(slot, p, bytes);
-      } else {
-        std::memcpy(p, slot, bytes);
-      }
-      slot += bytes;
+  const auto copy_chunks = [&](uint32_t first, uint32_t end) {
+    for (uint32_t c = first; c < end; ++c) {
+      std::byte* slot = pool + size_t{c} * chunk_bytes;
+      region.for_each_piece(c, [&](std::byte* p, size_t bytes) {
+        if (store) {
+          std::memcpy(slot, p, bytes);
+        } else {
+          std::memcpy(p, slot, bytes);
+        }
+        slot += bytes;
+      });
+    }
+  };
+  const auto share = [&](size_t t) { return static_cast<uint32_t>(num_chunks * t / threads); };
+  std::latch go(1);
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) {
+    helpers.emplace_back([&, t] {
+      go.wait();
+      copy_chunks(share(t), share(t + 1));
     });
   }
+  const auto t0 = Clock::now();
+  go.count_down();
+  copy_chunks(share(0), share(1));
+  for (std::thread& h : helpers) h.join();
   return seconds_since(t0);
 }
 
@@ -411,6 +427,7 @@ struct Row {
   // Of the best kvtierd measurement: the client call (lookup rows) and requests in flight.
   std::string kvtier_api = "store/retrieve";
   size_t kvtier_window = kWindow;
+  size_t copy_threads = 1;     // kvtierd's copy threads (store, retrieve), the memcpy limit's too
   double redis_benchmark = 0;  // redis-benchmark's best, in the row's unit (0: not measured)
 
   void redis(double s, RedisShape shape) {
@@ -435,6 +452,7 @@ void print(const Row& r, bool json, std::ostream& out) {
     if (bytes) {
       j["memcpy_gbps"] = mc;
       j["limit_ratio"] = kv / mc;
+      j["copy_threads"] = r.copy_threads;
     }
     if (!bytes) j["kvtier_api"] = r.kvtier_api;
     j["kvtier_window"] = r.kvtier_window;
@@ -452,7 +470,10 @@ void print(const Row& r, bool json, std::ostream& out) {
         << r.redis_shape.conns << "x" << r.redis_shape.depth << "; kvtierd "
         << (bytes ? "" : r.kvtier_api + " ") << "window " << r.kvtier_window << ")  ratio "
         << std::setw(6) << kv / rd;
-    if (bytes) out << "  memcpy " << std::setw(6) << mc << " GB/s  limit " << kv / mc;
+    if (bytes) {
+      out << "  memcpy " << std::setw(6) << mc << " GB/s  limit " << kv / mc << " ("
+          << r.copy_threads << " threads)";
+    }
     if (r.redis_benchmark > 0) out << "  redis-benchmark " << r.redis_benchmark;
     out << std::endl;
   }
@@ -501,6 +522,9 @@ int run_server_bench(const ServerBenchOptions& options, std::ostream& out) {
     // Room for one round: after the warm-up round every store reuses warm slots, evicting the
     // previous round's chunks (LRU), as a full cache does in steady state.
     config.cache.host_bytes = uint64_t{g.chunk_bytes()} * num_chunks;
+    // kvtierd's copy threads, the memcpy limit's too.
+    config.server.copy_threads = options.copy_threads;
+    const size_t copy_threads = server::effective_copy_threads(config.server);
     server::Server server(server::ServerOptions{.config = config});
     std::promise<Status> served;
     std::thread server_thread([&] { served.set_value(server.run()); });
@@ -514,8 +538,12 @@ int run_server_bench(const ServerBenchOptions& options, std::ostream& out) {
       } else {
         Row store{.op = "store",
                   .chunk_bytes = g.chunk_bytes(),
-                  .amount = double(g.chunk_bytes()) * num_chunks};
-        Row retrieve{.op = "retrieve", .chunk_bytes = g.chunk_bytes(), .amount = store.amount};
+                  .amount = double(g.chunk_bytes()) * num_chunks,
+                  .copy_threads = copy_threads};
+        Row retrieve{.op = "retrieve",
+                     .chunk_bytes = g.chunk_bytes(),
+                     .amount = store.amount,
+                     .copy_threads = copy_threads};
         // One key per LOOKUP, and a 64-chunk prompt prefix per LOOKUP (Redis: one EXISTS per
         // key either way, pipelined, as a Redis backend checks chunk keys).
         Row lookup{
@@ -539,7 +567,7 @@ int run_server_bench(const ServerBenchOptions& options, std::ostream& out) {
         // Warm-up round, not measured: faults in the pool's pages and Redis's allocations.
         kvtier_transfer(client, region, num_chunks, round, true);
         redis_transfer(*redis, region, num_chunks, round, true, {1, 32});
-        memcpy_transfer(region, memcpy_pool->base(), num_chunks, true);
+        memcpy_transfer(region, memcpy_pool->base(), num_chunks, true, copy_threads);
         freeReplyObject(redisCommand(redis->context(), "FLUSHALL"));
         ++round;
         for (int r = 0; r < options.repeat; ++r, ++round) {
@@ -548,15 +576,17 @@ int run_server_bench(const ServerBenchOptions& options, std::ostream& out) {
           for (RedisShape shape : kTransferShapes) {
             store.redis(redis_transfer(*redis, region, num_chunks, round, true, shape), shape);
           }
-          store.memcpy_s = std::min(store.memcpy_s,
-                                    memcpy_transfer(region, memcpy_pool->base(), num_chunks, true));
+          store.memcpy_s = std::min(
+              store.memcpy_s,
+              memcpy_transfer(region, memcpy_pool->base(), num_chunks, true, copy_threads));
           retrieve.kvtier_s = std::min(retrieve.kvtier_s,
                                        kvtier_transfer(client, region, num_chunks, round, false));
           for (RedisShape shape : kTransferShapes) {
             retrieve.redis(redis_transfer(*redis, region, num_chunks, round, false, shape), shape);
           }
           retrieve.memcpy_s = std::min(
-              retrieve.memcpy_s, memcpy_transfer(region, memcpy_pool->base(), num_chunks, false));
+              retrieve.memcpy_s,
+              memcpy_transfer(region, memcpy_pool->base(), num_chunks, false, copy_threads));
           for (size_t window : kLookupWindows) {
             for (auto [row, keys] :
                  {std::pair{&lookup, size_t{1}}, std::pair{&prefix, size_t{64}}}) {

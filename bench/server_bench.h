@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ struct ServerBenchOptions {
   size_t total_bytes = size_t{64} << 20;  // moved per measurement
   int repeat = 3;                         // measurements per side; the best of each is kept
   size_t lookups = 200000;                // keys looked up per measurement
+  uint32_t copy_threads = 0;  // kvtierd's server.copy_threads (0: its default), memcpy's too
   std::vector<size_t> chunk_bytes = {256 << 10, 512 << 10, 1 << 20, 2 << 20};
   std::string redis_server = "redis-server";
   // Run against the same redis-server for the rows' redis_benchmark_* fields (skipped when it

@@ -190,6 +190,11 @@ Action add_bench_command(CLI::App& app) {
       ->add_option("--repeat", server_options->repeat,
                    "Measurements per side; best kept (default 3)")
       ->check(CLI::Range(1, 100));
+  server
+      ->add_option("--copy-threads", server_options->copy_threads,
+                   "kvtierd's server.copy_threads, and the memcpy limit's threads (default 0: "
+                   "kvtierd's default, half the CPU cores, from 1 to 4)")
+      ->check(CLI::Range(0, 64));
   server->add_option("--redis-server", server_options->redis_server,
                      "redis-server binary (default: redis-server on PATH)");
   server->add_option("--redis-benchmark", server_options->redis_benchmark,

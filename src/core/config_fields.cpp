@@ -273,6 +273,10 @@ const std::vector<Field>& config_fields() {
                      integer_in(1, 1 << 20),
                      "Server side: requests of one client being served at once; more get a "
                      "limit_exceeded error reply."),
+        server.field("copy_threads", &ServerConfig::copy_threads, integer_in(0, 64),
+                     "Server side: threads that copy the bytes of one STORE or RETRIEVE between "
+                     "a client's memory and the host pool, as a DMA engine uses several "
+                     "channels; 0: half the CPU cores, from 1 to 4."),
         server.field("max_locks", &ServerConfig::max_locks, integer_in(1, 1 << 24),
                      "Server side: keys one client may hold read-locked (LOOKUP locks); more get "
                      "a limit_exceeded error reply."),

@@ -4,6 +4,7 @@
 // runs a handler, so a slow handler never blocks it.
 #include <pthread.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -11,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -57,6 +59,11 @@ void send_to(zmq::socket_t& router, const std::string& client, std::string_view 
 }
 
 }  // namespace
+
+size_t effective_copy_threads(const ServerConfig& server) {
+  if (server.copy_threads != 0) return server.copy_threads;
+  return std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 4);
+}
 
 // One run of kvtierd's socket loop: setup() acquires everything it serves with; then, each
 // turn, wait() for traffic, pump() it (admit() each request, forward each reply) and reap()
@@ -170,6 +177,8 @@ SocketLoop::SocketLoop(const ServerOptions& options, uint64_t boot_id)
       limits_{.max_frame_bytes = options.config.server.max_frame_bytes},
       client_timeout_(seconds_to_duration(options.config.server.client_timeout_s)),
       max_in_flight_(options.config.server.max_requests_in_flight),
+      host_(HostDevice::kDefaultMaxDescriptorsPerCall,
+            effective_copy_threads(options.config.server)),
       tenants_(Tenants::single(options.config)),
       router_(context_, zmq::socket_type::router),
       replies_(context_, zmq::socket_type::pull) {

@@ -1,10 +1,14 @@
 // What only the host device's model promises beyond the Device contract (device_contract_test
 // proves that part): copies read their descriptors when they run, quiesce() returns once every
-// stream is idle or blocked, and destroyed streams are reaped.
+// stream is idle or blocked, destroyed streams are reaped, and a copy op spread over several
+// copy threads moves exactly its bytes and ends before its stream's next op starts.
 #include "kvtier/device/host_device.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <iterator>
+#include <memory>
 #include <vector>
 
 #include "gate.h"
@@ -70,6 +74,82 @@ TEST(HostDevice, DestroyedStreamsAreNotLive) {
   gate.open();
   device.synchronize(e);
   EXPECT_TRUE(device.query(e));
+}
+
+TEST(HostDevice, CopyThreadsCopyExactlyTheBytesOfUnevenDescriptors) {
+  // One op of uneven pieces, gathered into the host buffer in reverse order, so the parts the
+  // threads take begin and end inside descriptors. Bytes no descriptor names stay zero.
+  HostDevice device(HostDevice::kDefaultMaxDescriptorsPerCall, 3);
+  constexpr size_t kBytes = size_t{6} << 20;
+  const DeviceAddress dev = device.allocate(kBytes);
+  PinnedBuffer host(device, kBytes);
+  fill_pattern(reinterpret_cast<void*>(dev), kBytes, 11);
+  const size_t sizes[] = {1, 4095, 70001, 300001, 12, size_t{1} << 20, 262144, 999999, 4096};
+  std::vector<CopyDescriptor> descriptors;
+  std::vector<std::pair<size_t, size_t>> gaps;  // host [from, to) no descriptor writes
+  size_t src = 0, dst_end = kBytes;
+  for (size_t i = 0; src + sizes[i % std::size(sizes)] + 7 <= kBytes / 2; ++i) {
+    const size_t n = sizes[i % std::size(sizes)];
+    descriptors.push_back({dev + src, host.addr() + dst_end - n, n});
+    gaps.emplace_back(dst_end - n - 7, dst_end - n);
+    src += n + 3;  // sources with gaps too
+    dst_end -= n + 7;
+  }
+  ASSERT_GT(descriptors.size(), 10u);
+  const StreamHandle s = device.create_stream();
+  const EventHandle done = device.create_event();
+  device.copy_batch(s, CopyKind::kDeviceToHost, descriptors);
+  device.record(done, s);
+  device.synchronize(done);
+  for (const CopyDescriptor& d : descriptors) {
+    ASSERT_EQ(std::memcmp(reinterpret_cast<const void*>(d.dst),
+                          reinterpret_cast<const void*>(d.src), d.bytes),
+              0)
+        << d.bytes << " bytes at source offset " << d.src - dev;
+  }
+  for (const auto& [from, to] : gaps) EXPECT_TRUE(is_zero(host.data() + from, to - from));
+  EXPECT_TRUE(is_zero(host.data(), dst_end));
+}
+
+TEST(HostDevice, ACopyOpOnSeveralThreadsEndsBeforeItsStreamsNextOp) {
+  // Two streams, each copying large ops that the shared copy threads split: a host function
+  // queued after an op must find every byte of it copied (a stream runs one op at a time).
+  HostDevice device(HostDevice::kDefaultMaxDescriptorsPerCall, 4);
+  constexpr size_t kBytes = size_t{8} << 20;
+  constexpr int kRounds = 6;
+  struct Lane {
+    StreamHandle stream;
+    DeviceAddress dev = 0;
+    std::unique_ptr<PinnedBuffer> host;
+    std::vector<CopyDescriptor> descriptors;
+    std::vector<bool> complete_when_next_op_ran;
+  };
+  Lane lanes[2];
+  for (int l = 0; l < 2; ++l) {
+    Lane& lane = lanes[l];
+    lane.stream = device.create_stream();
+    lane.dev = device.allocate(kBytes);
+    fill_pattern(reinterpret_cast<void*>(lane.dev), kBytes, 20 + l);
+    lane.host = std::make_unique<PinnedBuffer>(device, kBytes);
+    lane.descriptors = {{lane.dev, lane.host->addr(), kBytes}};
+  }
+  const EventHandle done = device.create_event();
+  for (int round = 0; round < kRounds; ++round) {
+    for (Lane& lane : lanes) {
+      device.copy_batch(lane.stream, CopyKind::kDeviceToHost, lane.descriptors);
+      device.launch_host_func(lane.stream, [&lane] {
+        const bool complete =
+            std::memcmp(lane.host->data(), reinterpret_cast<const void*>(lane.dev), kBytes) == 0;
+        lane.complete_when_next_op_ran.push_back(complete);
+        std::memset(lane.host->data(), 0, kBytes);  // the next round copies into zeros again
+      });
+    }
+  }
+  for (Lane& lane : lanes) {
+    device.record(done, lane.stream);
+    device.synchronize(done);
+    EXPECT_EQ(lane.complete_when_next_op_ran, std::vector<bool>(kRounds, true));
+  }
 }
 
 }  // namespace

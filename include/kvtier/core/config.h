@@ -168,8 +168,9 @@ struct ServerConfig {
   double request_timeout_s = 5.0;     // client: deadline of a non-transfer request
   double connect_timeout_s = 5.0;     // client: longest wait for a registration reply
   uint32_t max_requests_in_flight = 64;  // per client
-  uint32_t max_locks = 4096;             // read-locked keys per client
-  double lock_ttl_s = 10.0;              // longest life of a LOOKUP read lock
+  uint32_t copy_threads = 0;  // server: threads copying one transfer's bytes; 0: cores / 2, 1 to 4
+  uint32_t max_locks = 4096;  // read-locked keys per client
+  double lock_ttl_s = 10.0;   // longest life of a LOOKUP read lock
   uint64_t max_frame_bytes = uint64_t{1} << 20;
   uint32_t metrics_port = 0;               // HTTP /metrics and /health; 0: none
   std::string metrics_host = "127.0.0.1";  // address the metrics port listens on

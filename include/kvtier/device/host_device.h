@@ -5,6 +5,9 @@
 // - Each stream is a thread executing its queue in order; copies really move bytes, reading
 //   the caller's descriptor array when they execute (as a DMA engine does), so a descriptor
 //   buffer reused too early produces wrong bytes that a test sees.
+// - copy_threads > 1 spreads the bytes of one large copy_batch over that many threads (the
+//   stream's own and helpers the streams share), as a DMA engine spreads a transfer over its
+//   channels. A stream still runs one op at a time: the op ends when all its bytes are copied.
 // - Events, wait_event and host functions follow CUDA semantics (see device.h).
 // - copy_batch validates every descriptor first: a source or destination outside device memory
 //   / registered host memory (as the CopyKind requires) is std::invalid_argument (F2: not a
@@ -26,10 +29,14 @@
 namespace kvtier {
 
 class AddressRanges;  // internal: the memory ranges every copy is checked against
+class CopyThreads;    // internal: the threads that execute one copy op
 
 class HostDevice final : public Device {
  public:
-  explicit HostDevice(size_t max_descriptors_per_call = 8192);
+  static constexpr size_t kDefaultMaxDescriptorsPerCall = 8192;
+  // copy_threads: threads that copy one copy_batch (>= 1; see above).
+  explicit HostDevice(size_t max_descriptors_per_call = kDefaultMaxDescriptorsPerCall,
+                      size_t copy_threads = 1);
   // Waits for every stream's queued work. Release any work held on the host
   // (FaultInjectingDevice::release_hangs, a host function waiting on a latch) first.
   ~HostDevice() override;
@@ -90,6 +97,8 @@ class HostDevice final : public Device {
   std::unordered_map<uint32_t, std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Stream>> retired_streams_;  // destroyed, thread draining
   std::unordered_map<uint32_t, std::unique_ptr<Event>> events_;
+  // Destroyed after the destructor has joined every stream: no copy op runs on it any more.
+  std::unique_ptr<CopyThreads> copy_threads_;  // never null
   uint32_t next_stream_id_ = 1;
   uint32_t next_event_id_ = 1;
 };

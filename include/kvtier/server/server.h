@@ -34,6 +34,11 @@ struct ServerOptions {
   bool test_hooks = false;
 };
 
+// The threads kvtierd copies one STORE's or RETRIEVE's bytes with: server.copy_threads, or for 0
+// half the CPU cores, from 1 to 4 (the socket loop, the service thread and the clients need the
+// other half).
+size_t effective_copy_threads(const ServerConfig& server);
+
 // What kvtierd's GET /health answers: 200 while it serves requests ("ok", or "degraded" with
 // the DOWN lower tiers named; H7: a DOWN tier fails no request), 503 while it does not
 // ("starting", "shutting_down", "stopped", or "stalled": the socket loop has not turned for

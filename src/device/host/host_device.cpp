@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "address_ranges.h"
+#include "copy_threads.h"
 #include "gate.h"
 
 namespace kvtier {
@@ -46,9 +47,10 @@ struct HostDevice::Event {
   bool done(uint64_t generation) const { return !pending.contains(generation); }
 };
 
-HostDevice::HostDevice(size_t max_descriptors_per_call)
+HostDevice::HostDevice(size_t max_descriptors_per_call, size_t copy_threads)
     : max_descriptors_per_call_(max_descriptors_per_call),
-      ranges_(std::make_unique<AddressRanges>()) {
+      ranges_(std::make_unique<AddressRanges>()),
+      copy_threads_(std::make_unique<CopyThreads>(copy_threads)) {
   if (max_descriptors_per_call == 0) {
     throw std::invalid_argument("HostDevice: max_descriptors_per_call must be > 0");
   }
@@ -295,10 +297,7 @@ void HostDevice::run_stream(Stream* stream) {
       }
       case Op::Kind::kCopy:
         lock.unlock();
-        for (const CopyDescriptor& d : op.descriptors) {
-          std::memcpy(reinterpret_cast<void*>(d.dst), reinterpret_cast<const void*>(d.src),
-                      d.bytes);
-        }
+        copy_threads_->run(op.descriptors);
         lock.lock();
         break;
       case Op::Kind::kHostFunc:
