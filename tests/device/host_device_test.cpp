@@ -111,7 +111,7 @@ TEST(HostDevice, CopyThreadsCopyExactlyTheBytesOfUnevenDescriptors) {
   EXPECT_TRUE(is_zero(host.data(), dst_end));
 }
 
-TEST(HostDevice, ACopyOpOnSeveralThreadsEndsBeforeItsStreamsNextOp) {
+TEST(HostDevice, F5_ACopyOpOnSeveralThreadsEndsBeforeItsStreamsNextOp) {
   // Two streams, each copying large ops that the shared copy threads split: a host function
   // queued after an op must find every byte of it copied (a stream runs one op at a time).
   HostDevice device(HostDevice::kDefaultMaxDescriptorsPerCall, 4);
