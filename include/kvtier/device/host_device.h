@@ -5,9 +5,10 @@
 // - Each stream is a thread executing its queue in order; copies really move bytes, reading
 //   the caller's descriptor array when they execute (as a DMA engine does), so a descriptor
 //   buffer reused too early produces wrong bytes that a test sees.
-// - copy_threads > 1 spreads the bytes of one large copy_batch over that many threads (the
-//   stream's own and helpers the streams share), as a DMA engine spreads a transfer over its
-//   channels. A stream still runs one op at a time: the op ends when all its bytes are copied.
+// - copy_threads > 1 spreads the bytes of one copy_batch of at least 512 KiB over that many
+//   threads (the stream's own and helpers the streams share), as a DMA engine spreads a
+//   transfer over its channels. A stream still runs one op at a time: the op ends when all its
+//   bytes are copied.
 // - Events, wait_event and host functions follow CUDA semantics (see device.h).
 // - copy_batch validates every descriptor first: a source or destination outside device memory
 //   / registered host memory (as the CopyKind requires) is std::invalid_argument (F2: not a
@@ -29,7 +30,7 @@
 namespace kvtier {
 
 class AddressRanges;  // internal: the memory ranges every copy is checked against
-class CopyThreads;    // internal: the threads that execute one copy op
+class TaskPool;
 
 class HostDevice final : public Device {
  public:
@@ -87,6 +88,8 @@ class HostDevice final : public Device {
   Event& event_locked(EventHandle h);
   void enqueue(StreamHandle stream, Op op);  // requires mu_
   void wake_waiters(uint32_t event);         // requires mu_
+  // Runs one copy op: on the stream's thread, or for a large op on copy_threads_ threads.
+  void copy(std::span<const CopyDescriptor> descriptors);
 
   const size_t max_descriptors_per_call_;
   mutable std::mutex mu_;
@@ -97,8 +100,10 @@ class HostDevice final : public Device {
   std::unordered_map<uint32_t, std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Stream>> retired_streams_;  // destroyed, thread draining
   std::unordered_map<uint32_t, std::unique_ptr<Event>> events_;
-  // Destroyed after the destructor has joined every stream: no copy op runs on it any more.
-  std::unique_ptr<CopyThreads> copy_threads_;  // never null
+  const size_t copy_threads_;
+  // copy_threads_ - 1 helpers (null for 1), shared by the streams. Destroyed after the
+  // destructor joined every stream: no copy op runs on it any more.
+  std::unique_ptr<TaskPool> copy_helpers_;
   uint32_t next_stream_id_ = 1;
   uint32_t next_event_id_ = 1;
 };

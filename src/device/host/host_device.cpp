@@ -1,5 +1,7 @@
 #include "kvtier/device/host_device.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -7,10 +9,31 @@
 #include <stdexcept>
 
 #include "address_ranges.h"
-#include "copy_threads.h"
 #include "gate.h"
+#include "kvtier/core/task_pool.h"
 
 namespace kvtier {
+namespace {
+
+// A part smaller than this costs more in the hand-off to a helper than it saves.
+constexpr size_t kMinCopyPartBytes = size_t{256} << 10;
+
+// Copies bytes [begin, end) of the descriptors' concatenated bytes.
+void copy_range(std::span<const CopyDescriptor> descriptors, size_t begin, size_t end) {
+  size_t at = 0;  // offset of the next descriptor's first byte
+  for (const CopyDescriptor& d : descriptors) {
+    const size_t d_begin = at;
+    at += d.bytes;
+    if (at <= begin) continue;
+    if (d_begin >= end) break;
+    const size_t from = std::max(begin, d_begin) - d_begin;
+    const size_t to = std::min<size_t>(end, at) - d_begin;
+    std::memcpy(reinterpret_cast<void*>(d.dst + from), reinterpret_cast<const void*>(d.src + from),
+                to - from);
+  }
+}
+
+}  // namespace
 
 struct HostDevice::Op {
   enum class Kind { kCopy, kRecord, kWait, kHostFunc };
@@ -50,10 +73,12 @@ struct HostDevice::Event {
 HostDevice::HostDevice(size_t max_descriptors_per_call, size_t copy_threads)
     : max_descriptors_per_call_(max_descriptors_per_call),
       ranges_(std::make_unique<AddressRanges>()),
-      copy_threads_(std::make_unique<CopyThreads>(copy_threads)) {
+      copy_threads_(copy_threads),
+      copy_helpers_(copy_threads > 1 ? std::make_unique<TaskPool>(copy_threads - 1) : nullptr) {
   if (max_descriptors_per_call == 0) {
     throw std::invalid_argument("HostDevice: max_descriptors_per_call must be > 0");
   }
+  if (copy_threads == 0) throw std::invalid_argument("HostDevice: copy_threads must be > 0");
 }
 
 HostDevice::~HostDevice() {
@@ -297,7 +322,7 @@ void HostDevice::run_stream(Stream* stream) {
       }
       case Op::Kind::kCopy:
         lock.unlock();
-        copy_threads_->run(op.descriptors);
+        copy(op.descriptors);
         lock.lock();
         break;
       case Op::Kind::kHostFunc:
@@ -309,6 +334,24 @@ void HostDevice::run_stream(Stream* stream) {
     stream->running = false;
     changed_.notify_all();
   }
+}
+
+void HostDevice::copy(std::span<const CopyDescriptor> descriptors) {
+  size_t total = 0;
+  for (const CopyDescriptor& d : descriptors) total += d.bytes;
+  const size_t parts = copy_helpers_ ? std::min(copy_threads_, total / kMinCopyPartBytes) : 1;
+  if (parts <= 1) {
+    copy_range(descriptors, 0, total);
+    return;
+  }
+  // Parts of about equal bytes, each starting a whole page into the op.
+  const auto part_begin = [&](size_t i) {
+    return i >= parts ? total : total / parts * i / 4096 * 4096;
+  };
+  // F5: run() returns once every part was copied, so the op ends only when all its bytes did.
+  copy_helpers_->run(
+      parts, [&](size_t i) { copy_range(descriptors, part_begin(i), part_begin(i + 1)); },
+      SteadyClock::instance().now() + std::chrono::hours(24));
 }
 
 void HostDevice::wake_waiters(uint32_t event) {

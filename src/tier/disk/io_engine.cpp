@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "io_pool.h"
 #include "kvtier/core/log.h"
+#include "kvtier/core/task_pool.h"
 
 namespace kvtier::tier_internal {
 namespace {
@@ -76,7 +76,7 @@ class Ring {
   // `helpers` (may be null) run completions alongside the calling thread when several are
   // ready at once.
   size_t run(size_t n, size_t depth, const IoEngine::Prepare& prepare,
-             const IoEngine::Complete& complete, TimePoint deadline, IoPool* helpers) {
+             const IoEngine::Complete& complete, TimePoint deadline, TaskPool* helpers) {
     depth = std::clamp<size_t>(depth, 1, entries_);
     std::vector<uint32_t> free_slots;
     free_slots.reserve(slots_.size());
@@ -197,7 +197,7 @@ class UringEngine final : public IoEngine {
  public:
   UringEngine(std::vector<std::unique_ptr<Ring>> rings, size_t helpers)
       : free_(std::move(rings)),
-        helpers_(helpers > 0 ? std::make_unique<IoPool>(helpers) : nullptr) {}
+        helpers_(helpers > 0 ? std::make_unique<TaskPool>(helpers) : nullptr) {}
 
   size_t run(size_t n, size_t depth, const Prepare& prepare, const Complete& complete,
              TimePoint deadline) override {
@@ -227,7 +227,7 @@ class UringEngine final : public IoEngine {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Ring>> free_;
-  std::unique_ptr<IoPool> helpers_;  // shared by the rings
+  std::unique_ptr<TaskPool> helpers_;  // shared by the rings
 };
 
 // ---- threads ----
@@ -292,7 +292,7 @@ class ThreadEngine final : public IoEngine {
     slots_.push_back(std::move(slot));
   }
 
-  IoPool pool_;
+  TaskPool pool_;
   std::mutex mutex_;
   std::vector<std::unique_ptr<IoSlot>> slots_;
 };

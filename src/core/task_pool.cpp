@@ -1,12 +1,12 @@
-#include "io_pool.h"
+#include "kvtier/core/task_pool.h"
 
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
 
-namespace kvtier::tier_internal {
+namespace kvtier {
 
-struct IoPool::Batch {
+struct TaskPool::Batch {
   const std::function<void(size_t)>* task;  // called only for claimed tasks, while run() waits
   size_t n = 0;
   std::mutex mutex;
@@ -40,12 +40,12 @@ struct IoPool::Batch {
   }
 };
 
-IoPool::IoPool(size_t threads) {
-  if (threads == 0) throw std::invalid_argument("IoPool: threads must be > 0");
+TaskPool::TaskPool(size_t threads) {
+  if (threads == 0) throw std::invalid_argument("TaskPool: threads must be > 0");
   for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { worker(); });
 }
 
-IoPool::~IoPool() {
+TaskPool::~TaskPool() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -54,8 +54,8 @@ IoPool::~IoPool() {
   for (std::thread& t : threads_) t.join();
 }
 
-std::vector<bool> IoPool::run(size_t n, const std::function<void(size_t)>& task,
-                              TimePoint deadline) {
+std::vector<bool> TaskPool::run(size_t n, const std::function<void(size_t)>& task,
+                                TimePoint deadline) {
   if (n == 0) return {};
   auto batch = std::make_shared<Batch>();
   batch->task = &task;
@@ -83,7 +83,7 @@ std::vector<bool> IoPool::run(size_t n, const std::function<void(size_t)>& task,
   return batch->ran;
 }
 
-void IoPool::worker() {
+void TaskPool::worker() {
   for (;;) {
     std::shared_ptr<Batch> batch;
     std::optional<size_t> i;
@@ -99,4 +99,4 @@ void IoPool::worker() {
   }
 }
 
-}  // namespace kvtier::tier_internal
+}  // namespace kvtier

@@ -1,6 +1,6 @@
-// IoPool is private to the disk tier (src/tier/disk/io_pool.h); its deadline rule is what keeps
-// a timed-out disk call from touching the caller's buffers after it returned.
-#include "disk/io_pool.h"
+// TaskPool's deadline rule is what keeps a timed-out disk call from touching the caller's buffers
+// after it returned.
+#include "kvtier/core/task_pool.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-namespace kvtier::tier_internal {
+namespace kvtier {
 namespace {
 
 using namespace std::chrono_literals;
@@ -18,8 +18,8 @@ TimePoint in(Duration d) {
   return SteadyClock::instance().now() + d;
 }
 
-TEST(IoPool, RunsEveryTaskOnce) {
-  IoPool pool(3);
+TEST(TaskPool, RunsEveryTaskOnce) {
+  TaskPool pool(3);
   for (size_t n : {1, 2, 7, 64}) {
     std::vector<std::atomic<int>> runs(n);
     const std::vector<bool> ran = pool.run(
@@ -29,8 +29,8 @@ TEST(IoPool, RunsEveryTaskOnce) {
   }
 }
 
-TEST(IoPool, PastTheDeadlineNoTaskStartsAndRunningOnesAreWaitedFor) {
-  IoPool pool(1);  // the caller and one thread: two tasks at a time
+TEST(TaskPool, PastTheDeadlineNoTaskStartsAndRunningOnesAreWaitedFor) {
+  TaskPool pool(1);  // the caller and one thread: two tasks at a time
   std::mutex m;
   std::condition_variable cv;
   int running = 0;
@@ -64,4 +64,4 @@ TEST(IoPool, PastTheDeadlineNoTaskStartsAndRunningOnesAreWaitedFor) {
 }
 
 }  // namespace
-}  // namespace kvtier::tier_internal
+}  // namespace kvtier
