@@ -1,17 +1,15 @@
 #include "kvtier/engine/frontend_server.h"
 
 #include <httplib.h>
-#include <sys/socket.h>
 
 #include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <ctime>
 #include <iostream>
 
 #include "client_connection.h"
 #include "kvtier/engine/byte_vocab.h"
 #include "kvtier/engine/engine_shape.h"
+#include "kvtier/engine/http_endpoint.h"
 #include "kvtier/engine/http_json.h"
 #include "kvtier/engine/openai_request.h"
 #include "kvtier/engine/openai_response.h"
@@ -22,8 +20,6 @@ namespace {
 
 // How long one wait on a request's stream lasts before the handler checks its client.
 constexpr auto kWaitSlice = std::chrono::milliseconds(100);
-// Enough threads for many concurrent streams; each streaming request holds one.
-constexpr size_t kHttpThreads = 64;
 
 RequestError engine_error(int status, std::string message, std::string code) {
   return typed_error("engine_error", status, std::move(message), std::move(code));
@@ -89,20 +85,10 @@ struct FrontendServer::Impl {
   Config config;
   uint64_t max_request_tokens;
   httplib::Server http;
-  int listen_fd = -1;  // the socket http binds last (set by its socket options)
+  HttpEndpoint endpoint{http};
 
   Impl(CoreManager& m, const Config& c)
       : manager(m), config(c), max_request_tokens(kvtier::max_request_tokens(engine_shape(c))) {
-    http.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
-    http.set_socket_options([this](socket_t sock) {
-      httplib::default_socket_options(sock);
-      listen_fd = sock;
-    });
-    http.set_payload_max_length(size_t{64} << 20);
-    http.set_read_timeout(std::chrono::seconds(30));
-    http.set_write_timeout(std::chrono::seconds(30));
-    // Idle keep-alive connections hold a pool thread; stop() waits for them this long at most.
-    http.set_keep_alive_timeout(2);
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       const HealthReport report = manager.health();
       reply_json(res, report.http_status, report.body);
@@ -244,24 +230,8 @@ FrontendServer::~FrontendServer() {
 
 Result<int> FrontendServer::bind() {
   const EngineConfig& engine = impl_->config.engine;
-  int port = static_cast<int>(engine.port);
-  if (engine.port == 0) {
-    port = impl_->http.bind_to_any_port(engine.host);
-    if (port < 0) return make_error(ErrorCode::kUnavailable, "cannot bind " + engine.host);
-  } else if (!impl_->http.bind_to_port(engine.host, port)) {
-    return make_error(ErrorCode::kUnavailable, "cannot bind " + engine.host + ":" +
-                                                   std::to_string(engine.port) +
-                                                   " (engine.host / engine.port)");
-  }
-  // cpp-httplib listens with a backlog of 5 (compiled into Debian's libcpp-httplib): a burst of
-  // more connections than that overflows the accept queue, and each dropped SYN costs its client
-  // a 1 s retransmit (TTFT +1 s, or a failed connect, at 32 concurrent clients). Listening
-  // again on the bound socket raises the backlog (the kernel caps it at net.core.somaxconn).
-  if (impl_->listen_fd >= 0 && ::listen(impl_->listen_fd, SOMAXCONN) != 0) {
-    return make_error(ErrorCode::kUnavailable,
-                      std::string("cannot raise the listen backlog: ") + std::strerror(errno));
-  }
-  return port;
+  return impl_->endpoint.bind(engine.host, static_cast<int>(engine.port),
+                              "engine.host / engine.port");
 }
 
 void FrontendServer::run() {

@@ -1,19 +1,17 @@
 #include "kvtier/engine/router_server.h"
 
 #include <httplib.h>
-#include <sys/socket.h>
 
 #include <atomic>
-#include <cerrno>
 #include <condition_variable>
 #include <csignal>
-#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
 
 #include "kvtier/core/log.h"
 #include "kvtier/core/stop_signals.h"
+#include "kvtier/engine/http_endpoint.h"
 #include "kvtier/engine/http_json.h"
 #include "kvtier/engine/openai_request.h"
 #include "kvtier/engine/openai_response.h"
@@ -22,9 +20,7 @@
 namespace kvtier {
 namespace {
 
-// Enough threads for many concurrent streams; each streaming request holds one (and the relay
-// thread that reads its backend).
-constexpr size_t kHttpThreads = 64;
+// How long the router waits to connect to a backend.
 constexpr auto kConnectTimeout = std::chrono::seconds(2);
 // How long one wait for a stream's next piece lasts before the provider checks its client.
 constexpr auto kWaitSlice = std::chrono::milliseconds(100);
@@ -95,19 +91,10 @@ struct RouterServer::Impl {
   BackendPool& pool;
   RouterOptions options;
   httplib::Server http;
-  int listen_fd = -1;
+  HttpEndpoint endpoint{http};
   std::atomic<uint64_t> refused{0};
 
   Impl(BackendPool& p, const RouterOptions& o) : pool(p), options(o) {
-    http.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
-    http.set_socket_options([this](socket_t sock) {
-      httplib::default_socket_options(sock);
-      listen_fd = sock;
-    });
-    http.set_payload_max_length(size_t{64} << 20);
-    http.set_read_timeout(std::chrono::seconds(30));
-    http.set_write_timeout(std::chrono::seconds(30));
-    http.set_keep_alive_timeout(2);
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       const size_t in = pool.in_rotation();
       const nlohmann::json counts = {{"backends", pool.size()}, {"in_rotation", in}};
@@ -285,21 +272,7 @@ RouterServer::~RouterServer() {
 }
 
 Result<int> RouterServer::bind() {
-  const std::string& host = impl_->options.host;
-  int port = impl_->options.port;
-  if (port == 0) {
-    port = impl_->http.bind_to_any_port(host);
-    if (port < 0) return make_error(ErrorCode::kUnavailable, "cannot bind " + host);
-  } else if (!impl_->http.bind_to_port(host, port)) {
-    return make_error(ErrorCode::kUnavailable,
-                      "cannot bind " + host + ":" + std::to_string(port) + " (--host / --port)");
-  }
-  // As FrontendServer::bind: a backlog past cpp-httplib's 5, so that bursts are not dropped.
-  if (impl_->listen_fd >= 0 && ::listen(impl_->listen_fd, SOMAXCONN) != 0) {
-    return make_error(ErrorCode::kUnavailable,
-                      std::string("cannot raise the listen backlog: ") + std::strerror(errno));
-  }
-  return port;
+  return impl_->endpoint.bind(impl_->options.host, impl_->options.port, "--host / --port");
 }
 
 void RouterServer::run() {

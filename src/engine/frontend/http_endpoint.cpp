@@ -1,0 +1,49 @@
+#include "kvtier/engine/http_endpoint.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kvtier {
+namespace {
+
+// Enough threads for many concurrent streams: each streaming request holds one while it streams.
+constexpr size_t kHttpThreads = 64;
+
+}  // namespace
+
+HttpEndpoint::HttpEndpoint(httplib::Server& http) : http_(http) {
+  http_.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
+  http_.set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = sock;
+  });
+  http_.set_payload_max_length(size_t{64} << 20);
+  http_.set_read_timeout(std::chrono::seconds(30));
+  http_.set_write_timeout(std::chrono::seconds(30));
+  // Idle keep-alive connections hold a pool thread; stop() waits for them this long at most.
+  http_.set_keep_alive_timeout(2);
+}
+
+Result<int> HttpEndpoint::bind(const std::string& host, int port, std::string_view settings) {
+  if (port == 0) {
+    port = http_.bind_to_any_port(host);
+    if (port < 0) return make_error(ErrorCode::kUnavailable, "cannot bind " + host);
+  } else if (!http_.bind_to_port(host, port)) {
+    return make_error(ErrorCode::kUnavailable, "cannot bind " + host + ":" + std::to_string(port) +
+                                                   " (" + std::string(settings) + ")");
+  }
+  // cpp-httplib listens with a backlog of 5 (compiled into Debian's libcpp-httplib): a burst of
+  // more connections than that overflows the accept queue, and each dropped SYN costs its client
+  // a 1 s retransmit (TTFT +1 s, or a failed connect, at 32 concurrent clients). Listening
+  // again on the bound socket raises the backlog (the kernel caps it at net.core.somaxconn).
+  if (listen_fd_ >= 0 && ::listen(listen_fd_, SOMAXCONN) != 0) {
+    return make_error(ErrorCode::kUnavailable,
+                      std::string("cannot raise the listen backlog: ") + std::strerror(errno));
+  }
+  return port;
+}
+
+}  // namespace kvtier

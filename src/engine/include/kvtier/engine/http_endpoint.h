@@ -1,0 +1,33 @@
+// HttpEndpoint: how the engine's HTTP servers (kvtier serve's frontend, kvtier router) set up
+// cpp-httplib and bind it: a pool of 64 threads, bodies up to 64 MiB, 30 s read and write
+// timeouts, 2 s keep-alive, and a listen backlog past the 5 compiled into Debian's cpp-httplib.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "kvtier/core/status.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
+
+namespace kvtier {
+
+class HttpEndpoint {
+ public:
+  // Configures `http`, which must outlive this. Not copyable: http's socket options refer to it.
+  explicit HttpEndpoint(httplib::Server& http);
+  HttpEndpoint(const HttpEndpoint&) = delete;
+  HttpEndpoint& operator=(const HttpEndpoint&) = delete;
+
+  // Binds host:port, port 0 meaning any free port; returns the port bound. kUnavailable when
+  // the address cannot be bound, naming `settings` (where the user sets host and port).
+  Result<int> bind(const std::string& host, int port, std::string_view settings);
+
+ private:
+  httplib::Server& http_;
+  int listen_fd_ = -1;  // the socket http binds last (set by its socket options)
+};
+
+}  // namespace kvtier
