@@ -9,8 +9,15 @@ namespace kvtier {
 
 StepOutcome SchedulerConnector::update_from_worker_output(std::span<const WorkerOutput> outputs) {
   StepOutcome out;
+  // Loads that never started (update_state_after_alloc) end here.
   out.loads = std::move(resumed_);
   resumed_.clear();
+  for (const LoadFinished& l : out.loads) {
+    if (auto it = requests_.find(l.request); it != requests_.end()) {
+      it->second->load.reset();
+      maybe_release(*it->second, out);
+    }
+  }
   for (const WorkerOutput& o : outputs) {
     if (o.rank >= options_.world_size) {
       throw std::invalid_argument("worker output from rank " + std::to_string(o.rank) +

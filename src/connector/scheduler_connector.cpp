@@ -254,7 +254,11 @@ void SchedulerConnector::update_state_after_alloc(const RequestId& request,
   }
   Result<std::vector<SlotId>> slots = cache_.prepare_load(job->keys);
   if (!slots) {
-    // The match's chunks left the cache since the lookup: nothing was pinned, nothing loads.
+    // The match's chunks left the cache since the lookup (kvtierd evicted them, or cannot be
+    // asked): nothing was pinned, nothing loads. Until the engine hears so, with the next
+    // outputs, it may compute the request from the match's end (an in-step load): the blocks
+    // before it hold no KV of this request, so the request stores nothing meanwhile (F4).
+    r.load = job->id;
     resumed_.push_back(LoadFinished{request, r.match_from, Outcome::kFailed});
     return;
   }

@@ -69,6 +69,31 @@ TEST(ConnectorContract, F4_FailedLoadIsRecomputedWithTwoGroupsOfDifferentBlockSi
   }
 }
 
+// A load that cannot start: its chunks leave the cache between the lookup and the load (kvtierd
+// evicts them, or stops answering). An engine that computes a loading request in its load's step
+// computes it from the match's end over blocks that were never loaded; until the failed verdict
+// reaches it, the request stores nothing, so none of those blocks is published (F4, F3).
+TEST(ConnectorContract, F4_LoadThatCouldNotStartStoresNoneOfItsBlocks) {
+  for (uint32_t world : {1u, 2u}) {
+    ConnectorHarness h({.world_size = world,
+                        .plans = std::vector<FaultPlan>(world),
+                        .granularity = TransferGranularity::kLayer});
+    const auto doc = make_tokens(32, 41);
+    store_prefix(h, doc);
+    ASSERT_EQ(h.check_readable_chunks(doc), 4u);
+    h.after_match = [&h] { EXPECT_GT(h.cache->reset(), 0u); };
+    const RequestId b = h.add_request(with_suffix(doc, 5, 42), 2);
+    h.step();
+    h.after_match = nullptr;
+    EXPECT_EQ(h.failed_loads, 1u);
+    EXPECT_EQ(h.requests.at(b).computed, 0u) << "b recomputes from its start";
+    EXPECT_TRUE(h.last_metadata.stores.empty()) << "b stored blocks it never loaded";
+    run_until_done(h);  // b's KV is checked when it finishes
+    EXPECT_EQ(h.check_readable_chunks(doc), 4u) << "the chunks b stored hold the right bytes";
+    h.expect_leases_conserved();
+  }
+}
+
 // The scheduler side alone, with crafted rank reports, on 2 ranks: request "a" publishes the
 // first 32 tokens of a 40-token prompt, then request "b" loads them: group 0 blocks [0, 8),
 // group 1 blocks [0, 4) of `table`.

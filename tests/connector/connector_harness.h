@@ -337,6 +337,7 @@ class ConnectorHarness {
       }
       if (!allocate(r, r.tokens.size())) continue;
       take_new_blocks(r);
+      if (after_match) after_match();
       scheduler->update_state_after_alloc(id, r.blocks, m.tokens);
       r.state = m.tokens > 0 ? SimState::kLoading : SimState::kRunning;
       // Layer-wise: computed in this step from the load's end, if the load still starts.
@@ -637,6 +638,7 @@ class ConnectorHarness {
   std::vector<WorkerOutput> withheld;         // outputs of silent ranks
   std::vector<WorkerOutput> extra_outputs;    // handed to the scheduler with the next step's
   std::function<void(KvLayer)> before_layer;  // on the compute stream, see enqueue_forward
+  std::function<void()> after_match;          // between a request's lookup and its blocks' load
   uint64_t step_no = 0;
   uint64_t deferred = 0;
   uint64_t failed_loads = 0;
