@@ -23,7 +23,7 @@ struct SchedulerConnector::RequestState {
   bool counted_lookups = false;  // its prompt keys counted for admission
   size_t match_from = 0;         // num_computed of the last match
   size_t match_to = 0;           // tokens the last match covers
-  std::optional<JobId> load;     // its load in flight
+  std::optional<JobId> load;     // its load in flight, or one that could not start (F4)
   size_t stores_in_flight = 0;
   bool finished = false;  // request_finished() was called
   // An Unprovable store read its blocks: copies may still read them, so the engine never gets

@@ -159,7 +159,9 @@ class SchedulerConnector {
   void look_ahead(const ConnectorRequest& request, size_t num_computed);
 
   // The engine allocated `blocks` (the request's whole block table so far, per group) and
-  // accepts `num_external_tokens` of the last match (0: no load). Creates the load job.
+  // accepts `num_external_tokens` of the last match (0: no load). Creates the load job; one whose
+  // chunks left the cache since the match cannot start, and is reported Failed in the next
+  // StepOutcome, the request storing nothing until then (F4).
   void update_state_after_alloc(const RequestId& request, const GroupBlocks& blocks,
                                 size_t num_external_tokens);
 
