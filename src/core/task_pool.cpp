@@ -1,10 +1,26 @@
 #include "kvtier/core/task_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
 
 namespace kvtier {
+namespace {
+
+// How long a caller whose tasks are all claimed spins before it sleeps: about twice what
+// waking a thread on another vCPU took on a 2-vCPU guest (45 us at the median, 80 us at p99).
+constexpr auto kJoinSpin = std::chrono::microseconds(100);
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
 
 struct TaskPool::Batch {
   const std::function<void(size_t)>* task;  // called only for claimed tasks, while run() waits
@@ -13,6 +29,7 @@ struct TaskPool::Batch {
   std::condition_variable cv;
   size_t claimed = 0;
   size_t running = 0;
+  std::atomic<size_t> finished{0};  // tasks that ran to their end: what the caller spins on
   TimePoint deadline;
   bool cancelled = false;  // the deadline passed: nothing more is claimed
   std::vector<bool> ran;
@@ -32,6 +49,7 @@ struct TaskPool::Batch {
       ran[i] = true;
       --running;
     }
+    finished.fetch_add(1, std::memory_order_release);
     cv.notify_all();
   }
   bool exhausted() {
@@ -40,18 +58,57 @@ struct TaskPool::Batch {
   }
 };
 
-TaskPool::TaskPool(size_t threads) {
+std::vector<int> TaskPool::usable_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    }
+  }
+  return cpus;
+}
+
+TaskPool::TaskPool(size_t threads, TaskPlacement placement) : placement_(placement) {
   if (threads == 0) throw std::invalid_argument("TaskPool: threads must be > 0");
-  for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { worker(); });
+  const std::vector<int> cpus =
+      placement == TaskPlacement::kOtherCpus ? usable_cpus() : std::vector<int>{};
+  for (size_t i = 0; i < threads; ++i) {
+    auto t = std::make_unique<Thread>();
+    if (!cpus.empty()) t->cpu = cpus[i % cpus.size()];
+    threads_.push_back(std::move(t));
+  }
+  for (auto& t : threads_) t->thread = std::thread([this, self = t.get()] { worker(*self); });
 }
 
 TaskPool::~TaskPool() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    for (auto& t : threads_) t->signal.fetch_add(1);
   }
-  work_cv_.notify_all();
-  for (std::thread& t : threads_) t.join();
+  for (auto& t : threads_) t->signal.notify_one();
+  for (auto& t : threads_) t->thread.join();
+}
+
+std::vector<TaskPool::Thread*> TaskPool::pick_locked(size_t n) {
+  std::vector<Thread*> picked;
+  const int caller_cpu = placement_ == TaskPlacement::kOtherCpus ? ::sched_getcpu() : -1;
+  for (auto& t : threads_) {
+    if (picked.size() + 1 >= n) break;  // the caller runs a task too
+    if (!t->idle) continue;             // busy threads take queued batches when they finish
+    if (placement_ == TaskPlacement::kOtherCpus) {
+      if (t->cpu == caller_cpu) continue;
+      const bool cpu_taken =
+          std::ranges::any_of(picked, [&](const Thread* p) { return p->cpu == t->cpu; });
+      if (cpu_taken) continue;
+    }
+    t->idle = false;
+    t->signal.fetch_add(1);
+    picked.push_back(t.get());
+  }
+  return picked;
 }
 
 std::vector<bool> TaskPool::run(size_t n, const std::function<void(size_t)>& task,
@@ -63,14 +120,26 @@ std::vector<bool> TaskPool::run(size_t n, const std::function<void(size_t)>& tas
   batch->deadline = deadline;
   batch->ran.assign(n, false);
   if (n > 1) {
+    std::vector<Thread*> woken;
     {
       std::lock_guard lock(mutex_);
       queue_.push_back(batch);
+      woken = pick_locked(n);
     }
-    for (size_t i = 1; i < std::min(n, threads_.size() + 1); ++i) work_cv_.notify_one();
+    for (Thread* t : woken) t->signal.notify_one();
   }
   // The caller works too: a batch of one key needs no hand-off.
   while (std::optional<size_t> i = batch->claim()) batch->execute(*i);
+  size_t claimed;
+  {
+    std::lock_guard lock(batch->mutex);
+    claimed = batch->claimed;  // final: nothing is left to claim, or the deadline passed
+  }
+  const auto spin_until = std::chrono::steady_clock::now() + kJoinSpin;
+  while (batch->finished.load(std::memory_order_acquire) < claimed &&
+         std::chrono::steady_clock::now() < spin_until) {
+    cpu_relax();
+  }
   std::unique_lock lock(batch->mutex);
   const auto steady_deadline = std::chrono::steady_clock::time_point(
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(deadline.time_since_epoch()));
@@ -83,19 +152,37 @@ std::vector<bool> TaskPool::run(size_t n, const std::function<void(size_t)>& tas
   return batch->ran;
 }
 
-void TaskPool::worker() {
+void TaskPool::worker(Thread& self) {
+  if (self.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(self.cpu, &set);
+    ::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);  // best effort
+  }
   for (;;) {
+    uint32_t seen = 0;
     std::shared_ptr<Batch> batch;
     std::optional<size_t> i;
     {
-      std::unique_lock lock(mutex_);
-      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      batch = queue_.front();
-      i = batch->claim();
-      if (!i || batch->exhausted()) queue_.pop_front();
+      std::lock_guard lock(mutex_);
+      if (queue_.empty()) {
+        if (stopping_) return;
+        // Idle, under mutex_: a batch queued after this is seen by pick_locked.
+        self.idle = true;
+        seen = self.signal.load();
+      } else {
+        batch = queue_.front();
+        i = batch->claim();
+        if (!i || batch->exhausted()) queue_.pop_front();
+      }
     }
-    if (i) batch->execute(*i);
+    if (i) {
+      batch->execute(*i);
+    } else if (!batch) {
+      self.signal.wait(seen);
+      std::lock_guard lock(mutex_);
+      self.idle = false;
+    }
   }
 }
 

@@ -3,11 +3,14 @@
 #include "kvtier/core/task_pool.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace kvtier {
 namespace {
@@ -61,6 +64,58 @@ TEST(TaskPool, PastTheDeadlineNoTaskStartsAndRunningOnesAreWaitedFor) {
   EXPECT_EQ(finished, 2);  // both started tasks ended before run() returned
   EXPECT_EQ(std::count(ran.begin(), ran.end(), true), 2);
   EXPECT_EQ(running, 2);  // the other four never started
+}
+
+// kAnywhere (blocking IO): every thread and the caller run tasks at once.
+TEST(TaskPool, AnywhereRunsATaskOnEveryThreadAtOnce) {
+  TaskPool pool(3);
+  std::mutex m;
+  std::condition_variable cv;
+  int arrived = 0;
+  std::atomic<int> met{0};
+  pool.run(
+      4,
+      [&](size_t) {
+        std::unique_lock lock(m);
+        ++arrived;
+        cv.notify_all();
+        if (cv.wait_for(lock, 10s, [&] { return arrived == 4; })) ++met;
+      },
+      in(30s));
+  EXPECT_EQ(met, 4) << "the four tasks did not all run at once";
+}
+
+// kOtherCpus (checksums): helpers are pinned one per CPU, and a batch wakes only those on CPUs
+// other than its caller's, so that its tasks run beside the caller instead of taking turns with
+// it on its CPU.
+TEST(TaskPool, OtherCpusHelpersRunOnlyOnCpusOtherThanTheCallers) {
+  const std::vector<int> cpus = TaskPool::usable_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  TaskPool pool(cpus.size(), TaskPlacement::kOtherCpus);  // a helper on the caller's CPU too
+  std::mutex m;
+  std::vector<int> helper_cpus;  // where tasks that the caller did not run ran
+  std::thread caller([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpus[0], &set);
+    ASSERT_EQ(::pthread_setaffinity_np(::pthread_self(), sizeof set, &set), 0);
+    const std::thread::id me = std::this_thread::get_id();
+    for (int round = 0; round < 10; ++round) {
+      pool.run(
+          8,
+          [&](size_t) {
+            // Off the CPU for a while, so that every helper woken gets to claim tasks.
+            std::this_thread::sleep_for(1ms);
+            if (std::this_thread::get_id() == me) return;
+            std::lock_guard lock(m);
+            helper_cpus.push_back(::sched_getcpu());
+          },
+          in(30s));
+    }
+  });
+  caller.join();
+  ASSERT_FALSE(helper_cpus.empty()) << "no helper ran a task";
+  for (int cpu : helper_cpus) EXPECT_NE(cpu, cpus[0]) << "a helper ran on the caller's CPU";
 }
 
 }  // namespace

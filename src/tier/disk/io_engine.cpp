@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "kvtier/core/log.h"
@@ -197,7 +196,8 @@ class UringEngine final : public IoEngine {
  public:
   UringEngine(std::vector<std::unique_ptr<Ring>> rings, size_t helpers)
       : free_(std::move(rings)),
-        helpers_(helpers > 0 ? std::make_unique<TaskPool>(helpers) : nullptr) {}
+        helpers_(helpers > 0 ? std::make_unique<TaskPool>(helpers, TaskPlacement::kOtherCpus)
+                             : nullptr) {}
 
   size_t run(size_t n, size_t depth, const Prepare& prepare, const Complete& complete,
              TimePoint deadline) override {
@@ -309,10 +309,11 @@ std::unique_ptr<IoEngine> make_uring_engine(size_t rings, size_t depth, std::str
     }
     made.push_back(std::move(ring));
   }
-  // One helper per ring, at most the CPUs but one: verification then keeps up with several
-  // GB/s of reads per call on machines with the cores for it.
-  const size_t cpus = std::max<size_t>(1, std::thread::hardware_concurrency());
-  return std::make_unique<UringEngine>(std::move(made), std::min(rings, cpus - 1));
+  // Helpers pinned one per CPU, each call waking those on CPUs other than its own
+  // (TaskPlacement::kOtherCpus): one per ring and one more, so that a caller on one of their
+  // CPUs still has the others; at most the CPUs. With one CPU no one shares the checksums.
+  const size_t cpus = TaskPool::usable_cpus().size();
+  return std::make_unique<UringEngine>(std::move(made), cpus > 1 ? std::min(rings + 1, cpus) : 0);
 }
 
 std::unique_ptr<IoEngine> make_thread_engine(size_t threads) {
