@@ -57,9 +57,9 @@ class TaskPool {
   struct Batch;
   struct Thread {
     std::thread thread;
-    int cpu = -1;                      // pinned to (kOtherCpus), or -1
-    bool idle = false;                 // waiting for a signal; under mutex_
-    std::atomic<uint32_t> signal{0};   // bumped to wake it
+    int cpu = -1;                     // pinned to (kOtherCpus), or -1
+    bool idle = false;                // waiting for a signal; under mutex_
+    std::atomic<uint32_t> signal{0};  // bumped to wake it
   };
   void worker(Thread& self);
   // Marks the threads a batch of n tasks from this caller wakes, under mutex_.
