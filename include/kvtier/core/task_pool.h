@@ -13,8 +13,9 @@
 //   block (IO), where more threads than CPUs is the point.
 // - kOtherCpus: for CPU-bound tasks (checksums). Thread i is pinned to the i-th CPU the process
 //   may run on, and a batch wakes only threads on CPUs other than its caller's, at most one per
-//   CPU. A scheduler that wakes a thread on its waker's CPU (some virtual machines' do, to leave
-//   other vCPUs idle) would otherwise have the caller and its helper take turns on one CPU.
+//   CPU. A scheduler that wakes a thread on its waker's CPU (some virtual machines' kernels do,
+//   to leave other vCPUs idle) would otherwise have the caller and its helper take turns on one
+//   CPU.
 // Once the caller has no task left to claim, it spins briefly before it sleeps: waking it from
 // another CPU when the last task ends costs tens of microseconds on a virtual machine.
 //

@@ -15,8 +15,8 @@
 //   callbacks (the disk tier verifies the chunk's checksum there) run after the freed queue
 //   places are refilled and submitted, so the next reads are in flight while they run; several
 //   completions that arrived together run in parallel on a small helper pool shared by the
-//   rings (the calling thread helps; helpers on CPUs other than its own, TaskPlacement::
-//   kOtherCpus), so complete may run on several threads at once.
+//   rings (the calling thread helps, and helpers on CPUs other than its own: kOtherCpus in
+//   task_pool.h), so complete may run on several threads at once.
 // - threads: preadv/pwritev on a pool of threads, for kernels or sandboxes without io_uring
 //   (io_uring_setup refused by seccomp, io_uring_disabled, ENOSYS). There prepare and complete
 //   run on the pool's threads, several at once for different items.
