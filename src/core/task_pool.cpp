@@ -31,6 +31,7 @@ struct TaskPool::Batch {
   size_t running = 0;
   std::atomic<size_t> finished{0};  // tasks that ran to their end: what the caller spins on
   TimePoint deadline;
+  int caller_cpu = -1;     // kOtherCpus: no thread on this CPU takes the batch's tasks
   bool cancelled = false;  // the deadline passed: nothing more is claimed
   std::vector<bool> ran;
 
@@ -92,14 +93,17 @@ TaskPool::~TaskPool() {
   for (auto& t : threads_) t->thread.join();
 }
 
-std::vector<TaskPool::Thread*> TaskPool::pick_locked(size_t n) {
+bool TaskPool::may_take(const Thread& t, const Batch& batch) const {
+  return placement_ != TaskPlacement::kOtherCpus || t.cpu != batch.caller_cpu;
+}
+
+std::vector<TaskPool::Thread*> TaskPool::pick_locked(const Batch& batch) {
   std::vector<Thread*> picked;
-  const int caller_cpu = placement_ == TaskPlacement::kOtherCpus ? ::sched_getcpu() : -1;
   for (auto& t : threads_) {
-    if (picked.size() + 1 >= n) break;  // the caller runs a task too
-    if (!t->idle) continue;             // busy threads take queued batches when they finish
+    if (picked.size() + 1 >= batch.n) break;  // the caller runs a task too
+    if (!t->idle) continue;                   // busy threads take queued batches when they finish
+    if (!may_take(*t, batch)) continue;
     if (placement_ == TaskPlacement::kOtherCpus) {
-      if (t->cpu == caller_cpu) continue;
       const bool cpu_taken =
           std::ranges::any_of(picked, [&](const Thread* p) { return p->cpu == t->cpu; });
       if (cpu_taken) continue;
@@ -119,12 +123,13 @@ std::vector<bool> TaskPool::run(size_t n, const std::function<void(size_t)>& tas
   batch->n = n;
   batch->deadline = deadline;
   batch->ran.assign(n, false);
+  if (placement_ == TaskPlacement::kOtherCpus) batch->caller_cpu = ::sched_getcpu();
   if (n > 1) {
     std::vector<Thread*> woken;
     {
       std::lock_guard lock(mutex_);
       queue_.push_back(batch);
-      woken = pick_locked(n);
+      woken = pick_locked(*batch);
     }
     for (Thread* t : woken) t->signal.notify_one();
   }
@@ -165,20 +170,29 @@ void TaskPool::worker(Thread& self) {
     std::optional<size_t> i;
     {
       std::lock_guard lock(mutex_);
-      if (queue_.empty()) {
+      // The first batch this thread may take; exhausted ones leave the queue on the way.
+      for (auto it = queue_.begin(); it != queue_.end() && !i;) {
+        if ((*it)->exhausted()) {
+          it = queue_.erase(it);
+          continue;
+        }
+        if (may_take(self, **it)) {
+          batch = *it;
+          i = batch->claim();
+        }
+        ++it;
+      }
+      if (!i) {
+        // Batches left are their callers' to finish: run() returns only once they are.
         if (stopping_) return;
         // Idle, under mutex_: a batch queued after this is seen by pick_locked.
         self.idle = true;
         seen = self.signal.load();
-      } else {
-        batch = queue_.front();
-        i = batch->claim();
-        if (!i || batch->exhausted()) queue_.pop_front();
       }
     }
     if (i) {
       batch->execute(*i);
-    } else if (!batch) {
+    } else {
       self.signal.wait(seen);
       std::lock_guard lock(mutex_);
       self.idle = false;

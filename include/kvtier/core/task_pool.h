@@ -12,10 +12,10 @@
 // - kAnywhere: the kernel places the threads, and a batch wakes any idle ones. For tasks that
 //   block (IO), where more threads than CPUs is the point.
 // - kOtherCpus: for CPU-bound tasks (checksums). Thread i is pinned to the i-th CPU the process
-//   may run on, and a batch wakes only threads on CPUs other than its caller's, at most one per
-//   CPU. A scheduler that wakes a thread on its waker's CPU (some virtual machines' kernels do,
-//   to leave other vCPUs idle) would otherwise have the caller and its helper take turns on one
-//   CPU.
+//   may run on, and only threads on CPUs other than a batch's caller's take its tasks (it wakes
+//   at most one per CPU). A scheduler that wakes a thread on its waker's CPU (some virtual
+//   machines' kernels do, to leave other vCPUs idle) would otherwise have the caller and its helper
+//   take turns on one CPU.
 // Once the caller has no task left to claim, it spins briefly before it sleeps: waking it from
 // another CPU when the last task ends costs tens of microseconds on a virtual machine.
 //
@@ -63,8 +63,10 @@ class TaskPool {
     std::atomic<uint32_t> signal{0};  // bumped to wake it
   };
   void worker(Thread& self);
-  // Marks the threads a batch of n tasks from this caller wakes, under mutex_.
-  std::vector<Thread*> pick_locked(size_t n);
+  // Whether thread t takes tasks of the batch (kOtherCpus: not on its caller's CPU).
+  bool may_take(const Thread& t, const Batch& batch) const;
+  // Marks the threads the batch wakes, under mutex_.
+  std::vector<Thread*> pick_locked(const Batch& batch);
 
   const TaskPlacement placement_;
   std::mutex mutex_;
