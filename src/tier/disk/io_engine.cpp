@@ -90,7 +90,8 @@ class Ring {
     bool expired = false;
 
     const auto refill = [&] {
-      size_t queued = 0;
+      size_t queued = 0;  // bytes and requests prepared since the last submission
+      size_t unsubmitted = 0;
       while (!expired && next < n && inflight < depth && !free_slots.empty()) {
         if (past(deadline)) {
           expired = true;
@@ -116,11 +117,15 @@ class Ring {
         // Out in groups of kSubmitBytes: one submission lets the block layer merge adjacent
         // requests into device IOs of that size (what devices take at most, and what matters
         // where IOs per second are capped, as on cloud disks), while the device need not wait
-        // for a whole batch's checksums and copies before its first request.
+        // for a whole batch's checksums and copies before its first request. A request that
+        // finds the device idle (nothing of this run in flight: a run's first, or the first
+        // after the queue drained) goes out alone at once, without waiting for its group.
         queued += request.bytes();
-        if (queued >= kSubmitBytes) {
+        ++unsubmitted;
+        if (queued >= kSubmitBytes || inflight == unsubmitted) {
           submit(0);
           queued = 0;
+          unsubmitted = 0;
         }
       }
       if (queued > 0) submit(0);
