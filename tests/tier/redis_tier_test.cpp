@@ -96,6 +96,27 @@ TEST_F(RedisTierTest, RoundTripsChunksOfAnySizeStraightIntoTheirBuffers) {
             all(ChunkStatus::kCorrupt, 1));
 }
 
+TEST_F(RedisTierTest, LargeChunksWhoseChecksumsAHelperComputesAheadGoOutWithTheirOwnHeaders) {
+  // Chunks of 2 MiB: larger than half of any L2 cache of today, so a helper computes their
+  // checksums ahead of the send while the calling thread sends (and computes those the helper
+  // has not reached). Every record must carry its own chunk's header: a header sent before it
+  // was complete, or another chunk's, reads back as kCorrupt.
+  auto tier = open_tier(server_->url());
+  constexpr size_t kLarge = 2 << 20;
+  constexpr uint64_t kCount = 12;
+  std::vector<ChunkKey> ks = keys(300, kCount);
+  std::vector<std::vector<std::byte>> chunks;
+  for (uint64_t i = 0; i < kCount; ++i) chunks.push_back(chunk(300 + i, kLarge));
+  const std::vector<std::span<const std::byte>> in(chunks.begin(), chunks.end());
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(*tier->put(ks, in, kTimeout), all(ChunkStatus::kOk, kCount));
+    std::vector<std::vector<std::byte>> back(kCount, std::vector<std::byte>(kLarge));
+    const std::vector<std::span<std::byte>> out(back.begin(), back.end());
+    ASSERT_EQ(*tier->get(ks, out, kTimeout), all(ChunkStatus::kOk, kCount)) << round;
+    EXPECT_EQ(back, chunks) << round;
+  }
+}
+
 TEST_F(RedisTierTest, MissAndContains) {
   auto tier = open_tier(server_->url());
   ASSERT_TRUE(put_range(*tier, 0, 2, kTimeout));

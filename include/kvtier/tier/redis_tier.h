@@ -11,7 +11,9 @@
 // SET sends it from the caller's buffer, a GET reads it into dst. Cluster mode is detected on
 // first contact; MOVED and ASK redirections are followed. Each node has a pool of up to
 // pool_size connections. The call's timeout bounds connecting, waiting for a pooled connection
-// and every socket read and write.
+// and every socket read and write. A put of chunks too large to stay in the CPU's L2 cache from
+// their checksum to their send has its checksums computed ahead, in order, on a helper on another
+// CPU while the calling thread sends (the caller still computes any the helper has not reached).
 //
 // Parts (tier.h): a Redis Cluster's masters. A master that cannot be reached, times out or
 // answers CLUSTERDOWN/LOADING is down: its keys are kSkipped at once (contains answers false)
@@ -33,6 +35,8 @@
 #include "kvtier/tier/tier.h"
 
 namespace kvtier {
+
+class TaskPool;
 
 namespace tier_internal {
 class RedisRouter;
@@ -81,6 +85,8 @@ class RedisTier final : public Tier {
 
   const RedisTierOptions options_;
   std::unique_ptr<tier_internal::RedisRouter> router_;
+  // Computes puts' checksums ahead of the send (null on one CPU).
+  std::unique_ptr<TaskPool> checksum_helpers_;
 };
 
 }  // namespace kvtier

@@ -1,9 +1,15 @@
 #include "kvtier/tier/redis_tier.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 
+#include "kvtier/core/task_pool.h"
 #include "kvtier/tier/chunk_record.h"
 #include "redis_router.h"
 
@@ -28,6 +34,20 @@ ChunkStatus without_reply(CommandOutcome outcome) {
   return outcome == CommandOutcome::kSkipped ? ChunkStatus::kSkipped : ChunkStatus::kError;
 }
 
+// From this chunk size on, a put's checksums are computed ahead on a helper. A checksum the
+// calling thread computes just before the send leaves the chunk in its L2 cache for the send's
+// copy, unless the chunk and the socket buffers it is copied into do not fit there together;
+// then the copy reads memory either way, and the helper's checksums are time saved. Measured
+// here (L2 1 MiB, puts over loopback, calls alternating): ahead, 512 KiB and 2 MiB puts ran
+// 1.05-1.14x as fast; 256 KiB puts 0.93-0.98x.
+size_t hash_ahead_from_bytes() {
+  static const size_t bytes = [] {
+    const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? static_cast<size_t>(l2) / 2 : size_t{512} << 10;
+  }();
+  return bytes;
+}
+
 }  // namespace
 
 std::string redis_key_prefix(const KeyNamespace& ns) {
@@ -42,7 +62,12 @@ std::string redis_key_prefix(const KeyNamespace& ns) {
 }
 
 RedisTier::RedisTier(RedisTierOptions options, std::unique_ptr<tier_internal::RedisRouter> router)
-    : options_(std::move(options)), router_(std::move(router)) {}
+    : options_(std::move(options)), router_(std::move(router)) {
+  // Two threads pinned to the first two CPUs, so that a caller on either has one beside it.
+  if (const size_t cpus = TaskPool::usable_cpus().size(); cpus > 1) {
+    checksum_helpers_ = std::make_unique<TaskPool>(2, TaskPlacement::kOtherCpus);
+  }
+}
 
 RedisTier::~RedisTier() = default;
 
@@ -82,17 +107,51 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
   names.reserve(keys.size());
   commands.reserve(keys.size());
   for (const ChunkKey& key : keys) names.push_back(redis_key(key));
+  // headers[i] is computed by whichever thread claims it first (0 free, 1 being computed,
+  // 2 done): the sending thread as the SET goes out, or a helper running ahead of it.
+  std::vector<std::atomic<uint8_t>> header_state(keys.size());
+  const auto claim_header = [&](size_t i) {
+    uint8_t free = 0;
+    if (!header_state[i].compare_exchange_strong(free, 1, std::memory_order_acq_rel)) return;
+    encode_chunk_header(keys[i], chunks[i], headers[i]);
+    header_state[i].store(2, std::memory_order_release);
+  };
   for (size_t i = 0; i < keys.size(); ++i) {
     // The value is the record: its header, then the payload, both sent from where they are.
-    // The header (the payload's checksum) is computed as the SET goes out, so that the send
-    // finds the payload in the cache.
-    commands.push_back(
-        {.key = names[i],
-         .args = {"SET", names[i], ""},
-         .tail = {as_text(headers[i]), as_text(chunks[i])},
-         .on_release = [&, i] { encode_chunk_header(keys[i], chunks[i], headers[i]); }});
+    // The header (the payload's checksum) is ready before the SET goes out: computed then, so
+    // that the send finds the payload in the cache, or by the helper, whose is waited for (it
+    // is computing it now).
+    commands.push_back({.key = names[i],
+                        .args = {"SET", names[i], ""},
+                        .tail = {as_text(headers[i]), as_text(chunks[i])},
+                        .on_release = [&, i] {
+                          claim_header(i);
+                          while (header_state[i].load(std::memory_order_acquire) != 2) {
+                          }
+                        }});
   }
-  Result<BatchReplies> batch = router_->execute(commands, deadline_after(timeout));
+  const TimePoint deadline = deadline_after(timeout);
+  size_t largest = 0;
+  for (const auto& c : chunks) largest = std::max(largest, c.size());
+  std::optional<Result<BatchReplies>> executed;
+  if (checksum_helpers_ && keys.size() > 1 && largest >= hash_ahead_from_bytes()) {
+    // Two tasks, the send and the checksums ahead of it, for the caller and a helper (whichever
+    // claims which). Neither waits for the other but for one checksum in progress, so the
+    // caller alone may run both, one after the other.
+    checksum_helpers_->run(
+        2,
+        [&](size_t task) {
+          if (task == 0) {
+            executed.emplace(router_->execute(commands, deadline));
+          } else {
+            for (size_t i = 0; i < keys.size(); ++i) claim_header(i);
+          }
+        },
+        deadline + std::chrono::hours(24));  // the send is bounded by its own deadline
+  } else {
+    executed.emplace(router_->execute(commands, deadline));
+  }
+  Result<BatchReplies>& batch = executed.value();  // the send ran: its task has no deadline
   if (!batch) return std::unexpected(batch.error());
   std::vector<ChunkStatus> statuses;
   statuses.reserve(keys.size());
