@@ -118,9 +118,9 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
   };
   for (size_t i = 0; i < keys.size(); ++i) {
     // The value is the record: its header, then the payload, both sent from where they are.
-    // The header (the payload's checksum) is ready before the SET goes out: computed then, so
-    // that the send finds the payload in the cache, or by the helper, whose is waited for (it
-    // is computing it now).
+    // The header (the payload's checksum) is ready before the SET goes out: the sending thread
+    // computes it then (so that the send finds the payload in the cache), unless the helper got
+    // to it first; one the helper is computing at that moment is waited for.
     commands.push_back({.key = names[i],
                         .args = {"SET", names[i], ""},
                         .tail = {as_text(headers[i]), as_text(chunks[i])},
