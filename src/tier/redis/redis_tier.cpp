@@ -151,7 +151,10 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
   } else {
     executed.emplace(router_->execute(commands, deadline));
   }
-  Result<BatchReplies>& batch = executed.value();  // the send ran: its task has no deadline
+  if (!executed) {  // a task of no deadline that did not run: a bug in the pool
+    return make_error(ErrorCode::kInternal, "redis tier: a put's send never ran");
+  }
+  Result<BatchReplies>& batch = *executed;
   if (!batch) return std::unexpected(batch.error());
   std::vector<ChunkStatus> statuses;
   statuses.reserve(keys.size());
