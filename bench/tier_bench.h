@@ -7,10 +7,10 @@
 //          mapping (as the tier mover's staging buffers are) and gets into host pool slots, and
 //          the raw IO writes from and reads into those same pages, after an untimed pass of raw
 //          IO over that memory (to a file of its own). The sides (and batch_*: the same
-//          raw IO drained every batch_chunks, as the tier's calls are) take turns in 8 MiB slices,
-//          so that they meet a drifting device alike. Then op "verify": the tier's chunk checksum
-//          (xxh3, the widest build this CPU runs) vs Debian's libxxhash xxh3 over the same cold
-//          chunks.
+//          raw IO drained every batch_chunks, as the tier's calls are) take turns in slices of
+//          8 MiB (at least batch_chunks chunks), so that they meet a drifting device alike.
+//          Then op "verify": the tier's chunk checksum (xxh3, the widest build this CPU runs) vs
+//          Debian's libxxhash xxh3 over the same cold chunks.
 //   redis  RedisTier put/get (records, pipelined, pooled; one caller, calls of batch_chunks)
 //          vs pipelined SET/GET of the same sizes straight to Redis over hiredis in its best
 //          shape: pipelines of 4, 16 or 64 commands over 1, 2 or 4 connections (a thread
