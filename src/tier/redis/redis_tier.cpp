@@ -137,14 +137,19 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
   if (checksum_helpers_ && keys.size() > 1 && largest >= hash_ahead_from_bytes()) {
     // Two tasks, the send and the checksums ahead of it, for the caller and a helper (whichever
     // claims which). Neither waits for the other but for one checksum in progress, so the
-    // caller alone may run both, one after the other.
+    // caller alone may run both, one after the other. Once the send is over, the checksums left
+    // are of commands that never went out (the send failed): the helper stops there.
+    std::atomic<bool> send_over{false};
     checksum_helpers_->run(
         2,
         [&](size_t task) {
           if (task == 0) {
             executed.emplace(router_->execute(commands, deadline));
+            send_over.store(true, std::memory_order_release);
           } else {
-            for (size_t i = 0; i < keys.size(); ++i) claim_header(i);
+            for (size_t i = 0; i < keys.size() && !send_over.load(std::memory_order_acquire); ++i) {
+              claim_header(i);
+            }
           }
         },
         deadline + std::chrono::hours(24));  // the send is bounded by its own deadline
