@@ -14,13 +14,14 @@
 //   redis  RedisTier put/get (records, pipelined, pooled; one caller, calls of batch_chunks)
 //          vs pipelined SET/GET of the same sizes straight to Redis over hiredis in its best
 //          shape: pipelines of 4, 16 or 64 commands over 1, 2 or 4 connections (a thread
-//          each), each measured `repeat` times first (the tier once per round too); then the
+//          each), each measured `repeat` times first, the tier as many times in all; then the
 //          tier and that shape take turns, `repeat` times each, and each side's best over both
-//          phases is compared (the baseline: the fastest its best shape ran). Both move the same
-//          memory: SET's values come from the tier's put sources, and every measurement runs after
-//          an untimed pass of each side, with later SETs overwriting earlier keys, so that neither
-//          side meets memory the kernel has not copied from or into yet (on either end of the
-//          socket), as a long-running tier does not.
+//          phases is compared (the baseline: the fastest its best shape ran; each side's best
+//          over as many measurements). Both move the same memory: SET's values come from the
+//          tier's put sources, and every measurement runs after an untimed pass of each side,
+//          with later SETs overwriting earlier keys, so that neither side meets memory the
+//          kernel has not copied from or into yet (on either end of the socket), as a
+//          long-running tier does not.
 // Rows: bench, tier, op, chunk_bytes, chunks, kvtier_gbps, baseline_gbps, ratio, baseline;
 // disk put/get rows add queue_depth, batch_chunks, batch_baseline_gbps, batch_ratio and io,
 // verify rows add kernel; redis rows add baseline_depth and baseline_connections (the best
