@@ -619,6 +619,7 @@ void bench_redis(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
       return nlohmann::ordered_json{{"baseline_depth", best.depth},
                                     {"baseline_connections", best.connections},
                                     {"batch_chunks", o.batch_chunks},
+                                    {"tries", (shapes.size() + 1) * o.repeat},
                                     {"baseline_shapes_gbps", all}};
     };
     const std::string how = "best of depth 4/16/64 x 1/2/4 connections (a thread each)";

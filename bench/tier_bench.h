@@ -25,7 +25,8 @@
 // Rows: bench, tier, op, chunk_bytes, chunks, kvtier_gbps, baseline_gbps, ratio, baseline;
 // disk put/get rows add queue_depth, batch_chunks, batch_baseline_gbps, batch_ratio and io,
 // verify rows add kernel; redis rows add baseline_depth and baseline_connections (the best
-// shape), batch_chunks and baseline_shapes_gbps (every shape's best, "<depth>x<connections>").
+// shape), batch_chunks, tries (measurements per side) and baseline_shapes_gbps (every shape's
+// best, "<depth>x<connections>").
 #pragma once
 
 #include <cstddef>
