@@ -13,6 +13,10 @@
 
 namespace kvtier::bench {
 
+double ms_since(BenchClock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(BenchClock::now() - t0).count();
+}
+
 double metric_sum(const std::string& metrics_text, const std::string& name) {
   std::istringstream lines(metrics_text);
   double total = 0;
@@ -24,12 +28,6 @@ double metric_sum(const std::string& metrics_text, const std::string& name) {
 }
 
 namespace {
-
-using BenchClock = std::chrono::steady_clock;
-
-double ms_since(BenchClock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(BenchClock::now() - t0).count();
-}
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream file(path);

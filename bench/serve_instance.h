@@ -19,6 +19,11 @@
 
 namespace kvtier::bench {
 
+using BenchClock = std::chrono::steady_clock;
+
+// Milliseconds from t0 to now.
+double ms_since(BenchClock::time_point t0);
+
 struct HttpAnswer {
   int status = 0;  // 0: no answer (refused, timed out)
   std::string body;

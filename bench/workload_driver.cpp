@@ -14,10 +14,6 @@ namespace kvtier::bench {
 
 using namespace std::chrono_literals;
 
-double ms_since(BenchClock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(BenchClock::now() - t0).count();
-}
-
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());

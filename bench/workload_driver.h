@@ -21,9 +21,6 @@
 
 namespace kvtier::bench {
 
-using BenchClock = std::chrono::steady_clock;
-
-double ms_since(BenchClock::time_point t0);
 // The p-quantile (0..1) of `v` (nearest rank); 0 for none.
 double percentile(std::vector<double> v, double p);
 

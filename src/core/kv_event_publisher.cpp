@@ -13,7 +13,7 @@ namespace kvtier {
 namespace {
 
 constexpr auto kBatchInterval = std::chrono::milliseconds(5);
-const std::string kEndSequence(8, '\xff');
+const std::string kEndSequenceFrame(8, '\xff');
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -252,7 +252,7 @@ void KvEventPublisher::serve_replay() {
       start = decode_sequence(frames[2].to_string_view());
     }
     if (!start) {
-      reply(kEndSequence,
+      reply(kEndSequenceFrame,
             "bad replay request: want [\"\", 8-byte big-endian start sequence number], got " +
                 std::to_string(frames.size() - 1) + " frames");
       continue;
@@ -267,7 +267,7 @@ void KvEventPublisher::serve_replay() {
         reply(encode_sequence(kept.back().first), snapshot());
       }
     }
-    reply(kEndSequence, "");
+    reply(kEndSequenceFrame, "");
   }
 }
 

@@ -102,6 +102,12 @@ size_t KvLayout::max_chunk_bytes() const {
   return m;
 }
 
+uint32_t KvLayout::max_blocks_per_chunk() const {
+  uint32_t n = 1;
+  for (const KvGroup& g : groups) n = std::max(n, g.blocks_per_chunk);
+  return n;
+}
+
 uint64_t KvLayout::fingerprint() const {
   std::vector<uint32_t> words{static_cast<uint32_t>(device_layout),
                               static_cast<uint32_t>(groups.size())};

@@ -7,11 +7,10 @@
 namespace kvtier {
 namespace {
 
+using cache_test::kAll;
 using cache_test::key;
 using cache_test::keys;
 using List = ArcPolicy::List;
-
-const EvictablePredicate kAll = [](const ChunkKey&) { return true; };
 
 // From an empty ArcPolicy(4) to p = 2, T1 = {3}, T2 = {4, 1, 2} (least recent first), B1 = {}:
 // reached through two ghost hits in B1.

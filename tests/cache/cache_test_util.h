@@ -32,6 +32,9 @@ inline std::vector<ChunkKey> key_range(uint64_t first, uint64_t count) {
 
 inline constexpr size_t kSlotBytes = 4096;
 
+// Every chunk may be evicted.
+inline const EvictablePredicate kAll = [](const ChunkKey&) { return true; };
+
 inline std::unique_ptr<CacheManager> make_manager(size_t num_slots,
                                                   std::string_view policy = "lru") {
   auto p = make_eviction_policy(policy, num_slots);

@@ -7,10 +7,9 @@
 namespace kvtier {
 namespace {
 
+using cache_test::kAll;
 using cache_test::key;
 using cache_test::keys;
-
-const EvictablePredicate kAll = [](const ChunkKey&) { return true; };
 
 TEST(LruPolicy, EvictsLeastRecentlyInsertedFirst) {
   LruPolicy lru;

@@ -10,11 +10,6 @@
 namespace kvtier::testing {
 namespace {
 
-void run_until_done(ConnectorHarness& h, int max_steps = 300) {
-  for (int i = 0; i < max_steps && !h.requests.empty(); ++i) h.step();
-  ASSERT_TRUE(h.requests.empty()) << h.requests.size() << " requests left";
-}
-
 // The index of the next copy_batch call on `rank`.
 uint64_t next_call(const ConnectorHarness& h, uint32_t rank) {
   return h.ranks[rank]->fault.counts().copy_calls;
@@ -23,7 +18,7 @@ uint64_t next_call(const ConnectorHarness& h, uint32_t rank) {
 // Stores every full chunk of `doc` (plus a suffix) and returns once nothing is in flight.
 void store_prefix(ConnectorHarness& h, const std::vector<TokenId>& doc) {
   h.add_request(with_suffix(doc, 3, 99), 2);
-  run_until_done(h);
+  h.run_until_done();
   h.drain();
 }
 
@@ -44,7 +39,7 @@ TEST(ConnectorContract, F3_StoreFailedOnOneRankIsNeverPublished) {
     const RequestId b = h.add_request(with_suffix(doc, 4, 2), 2);
     h.step();
     EXPECT_EQ(h.requests.at(b).loads, 0u);
-    run_until_done(h);
+    h.run_until_done();
     h.expect_leases_conserved();
   }
 }
@@ -64,7 +59,7 @@ TEST(ConnectorContract, F4_FailedLoadIsRecomputedWithTwoGroupsOfDifferentBlockSi
     EXPECT_EQ(h.requests.at(b).computed, 0u) << "every loaded block of the failing rank is invalid";
     EXPECT_EQ(h.cache->counters().slots_pinned, 0u) << "the source slots are unpinned";
     EXPECT_EQ(h.scheduler->counters().loads_failed, 1u);
-    run_until_done(h);  // b's KV is checked against the fault-free bytes when it finishes
+    h.run_until_done();  // b's KV is checked against the fault-free bytes when it finishes
     h.expect_leases_conserved();
   }
 }
@@ -88,7 +83,7 @@ TEST(ConnectorContract, F4_LoadThatCouldNotStartStoresNoneOfItsBlocks) {
     EXPECT_EQ(h.failed_loads, 1u);
     EXPECT_EQ(h.requests.at(b).computed, 0u) << "b recomputes from its start";
     EXPECT_TRUE(h.last_metadata.stores.empty()) << "b stored blocks it never loaded";
-    run_until_done(h);  // b's KV is checked when it finishes
+    h.run_until_done();  // b's KV is checked when it finishes
     EXPECT_EQ(h.check_readable_chunks(doc), 4u) << "the chunks b stored hold the right bytes";
     h.expect_leases_conserved();
   }
@@ -344,7 +339,7 @@ TEST(ConnectorContract, F9_FailureReportedBeforeTheLastAckIsSticky) {
   EXPECT_EQ(h.scheduler->counters().jobs_in_flight, 0u);
   EXPECT_EQ(h.scheduler->counters().stores_failed, 1u);
   EXPECT_EQ(h.check_readable_chunks(doc), 0u) << "the earlier failure decides the job";
-  run_until_done(h);
+  h.run_until_done();
   h.expect_leases_conserved();
 }
 
@@ -373,7 +368,7 @@ TEST(ConnectorContract, F9_AcksAfterAResetAreIgnored) {
   h.step();
   ASSERT_FALSE(h.last_metadata.stores.empty());
   EXPECT_GT(h.last_metadata.stores[0].job, before_reset);
-  run_until_done(h);
+  h.run_until_done();
   EXPECT_EQ(h.check_readable_chunks(other), 4u);
   h.expect_leases_conserved();
 }
@@ -397,7 +392,7 @@ TEST(ConnectorContract, F10_ReallocatedBlockIsFencedBehindTheStoreReadingIt) {
   h.step();
   EXPECT_EQ(h.check_readable_chunks(doc_a), 4u) << "the store read a's KV, not b's";
   (void)b;
-  run_until_done(h);
+  h.run_until_done();
   h.expect_leases_conserved();
 }
 
@@ -424,7 +419,7 @@ TEST(ConnectorContract, F10_LayerwiseStoreOfLayerLWaitsForLayerLsCompute) {
   EXPECT_EQ(h.scheduler->counters().stores_completed, 0u) << "the job waits for all its layers";
   layer1.open();
   h.before_layer = nullptr;
-  run_until_done(h);
+  h.run_until_done();
   EXPECT_EQ(h.check_readable_chunks(doc), 4u) << "layer 1's store read layer 1's finished KV";
   h.expect_leases_conserved();
 }
@@ -449,7 +444,7 @@ TEST(ConnectorContract, F10_LayerwiseAttentionOfLayerLWaitsForLayerLsLoad) {
   EXPECT_EQ(h.failed_loads, 0u);
   EXPECT_GE(h.requests.at(b).computed, 32u + 6u) << "its load's step computed the suffix";
   h.before_layer = nullptr;
-  run_until_done(h);  // b's KV, loaded and computed, is checked when it finishes
+  h.run_until_done();  // b's KV, loaded and computed, is checked when it finishes
   h.expect_leases_conserved();
 }
 
@@ -479,7 +474,7 @@ TEST(ConnectorContract, F5_LayerwiseJobIsReportedOnlyOnceEveryLayerEnded) {
   for (int i = 0; i < 50 && h.requests.at(b).loads == 0; ++i) h.step();
   EXPECT_EQ(h.requests.at(b).loads, 1u);
   EXPECT_EQ(h.scheduler->counters().loads_failed, 1u) << "the job's verdict is its worst layer's";
-  run_until_done(h);
+  h.run_until_done();
   h.expect_leases_conserved();
 }
 
@@ -501,7 +496,7 @@ TEST(ConnectorContract, F4_LayerwiseFailedLayerInvalidatesAllLayersOfTheBlocksIn
     EXPECT_EQ(h.requests.at(b).computed, 0u) << "every block of the load, in both groups, is "
                                                 "invalid; what its step computed is not kept";
     EXPECT_EQ(h.cache->counters().slots_pinned, 0u) << "the source slots are unpinned";
-    run_until_done(h);  // b's KV is checked against the fault-free bytes when it finishes
+    h.run_until_done();  // b's KV is checked against the fault-free bytes when it finishes
     h.expect_leases_conserved();
   }
 }

@@ -597,6 +597,12 @@ class ConnectorHarness {
     return checked;
   }
 
+  // Runs steps until every request finished (bounded; a failure names how many are left).
+  void run_until_done(int max_steps = 300) {
+    for (int i = 0; i < max_steps && !requests.empty(); ++i) step();
+    ASSERT_TRUE(requests.empty()) << requests.size() << " requests left";
+  }
+
   // Runs steps with no new work until every job reached a verdict (bounded).
   void drain(int max_steps = 400) {
     for (int i = 0; i < max_steps; ++i) {

@@ -7,11 +7,6 @@
 namespace kvtier::testing {
 namespace {
 
-void run_until_done(ConnectorHarness& h, int max_steps = 200) {
-  for (int i = 0; i < max_steps && !h.requests.empty(); ++i) h.step();
-  ASSERT_TRUE(h.requests.empty()) << h.requests.size() << " requests left";
-}
-
 class ConnectorRanks : public ::testing::TestWithParam<uint32_t> {};
 
 TEST_P(ConnectorRanks, SharedPrefixIsLoadedAndHoldsTheStoredBytes) {
@@ -19,14 +14,14 @@ TEST_P(ConnectorRanks, SharedPrefixIsLoadedAndHoldsTheStoredBytes) {
     ConnectorHarness h({.world_size = GetParam(), .layout = layout});
     const auto doc = make_tokens(64, 1);
     h.add_request(with_suffix(doc, 5, 2), 3);
-    run_until_done(h);
+    h.run_until_done();
     EXPECT_GT(h.check_readable_chunks(doc), 0u);
 
     const RequestId b = h.add_request(with_suffix(doc, 7, 3), 3);
     h.step();
     EXPECT_EQ(h.last_metadata.loads.size(), 1u);
     EXPECT_EQ(h.requests.at(b).computed, 64u) << "the whole shared prefix is loaded";
-    run_until_done(h);  // the bytes are checked as each request finishes
+    h.run_until_done();  // the bytes are checked as each request finishes
     EXPECT_EQ(h.scheduler->counters().loads_completed, 1u);
     EXPECT_EQ(h.scheduler->counters().loaded_tokens, 64u);
     h.expect_leases_conserved();
@@ -37,7 +32,7 @@ TEST_P(ConnectorRanks, ConcurrentLookupsOfOnePrefixAreDeferred) {
   ConnectorHarness h({.world_size = GetParam()});
   const auto doc = make_tokens(48, 4);
   h.add_request(with_suffix(doc, 3, 5), 2);
-  run_until_done(h);
+  h.run_until_done();
   const RequestId b = h.add_request(with_suffix(doc, 4, 6), 2);
   const RequestId c = h.add_request(with_suffix(doc, 5, 7), 2);
   h.step();
@@ -47,7 +42,7 @@ TEST_P(ConnectorRanks, ConcurrentLookupsOfOnePrefixAreDeferred) {
   EXPECT_EQ(h.scheduler->counters().deferred_lookups, 1u);
   h.step();
   EXPECT_EQ(h.requests.at(c).loads, 1u) << "c loads once b's load ended";
-  run_until_done(h);
+  h.run_until_done();
   h.expect_leases_conserved();
 }
 
@@ -57,10 +52,10 @@ TEST(Connector, StoreThresholdWaitsForReuse) {
   ConnectorHarness h({.store_threshold = 2});
   const auto doc = make_tokens(32, 8);
   h.add_request(with_suffix(doc, 3, 9), 2);
-  run_until_done(h);
+  h.run_until_done();
   EXPECT_EQ(h.check_readable_chunks(doc), 0u) << "asked for once: not stored";
   h.add_request(with_suffix(doc, 3, 10), 2);
-  run_until_done(h);
+  h.run_until_done();
   EXPECT_EQ(h.check_readable_chunks(doc), 4u) << "asked for twice: stored";
   h.expect_leases_conserved();
 }
@@ -71,7 +66,7 @@ TEST(Connector, AdmissionStopsStoringWhileNothingIsReusedAndStartsAgainOnReuse) 
   for (uint32_t i = 0; i < 4; ++i) {
     docs.push_back(make_tokens(32, 40 + i));
     h.add_request(with_suffix(docs.back(), 3, 50 + i), 2);
-    run_until_done(h);
+    h.run_until_done();
   }
   EXPECT_EQ(h.check_readable_chunks(docs[1]), 4u) << "the window is not full yet";
   // The third request in a row that reuses nothing fills the window, itself included.
@@ -83,12 +78,12 @@ TEST(Connector, AdmissionStopsStoringWhileNothingIsReusedAndStartsAgainOnReuse) 
   // The fourth document is asked for again: reuse. Its chunks, asked for twice, are stored,
   // and so is the new document after it.
   h.add_request(with_suffix(docs[3], 5, 60), 2);
-  run_until_done(h);
+  h.run_until_done();
   EXPECT_EQ(h.check_readable_chunks(docs[3]), 4u);
   EXPECT_EQ(h.scheduler->counters().admission_threshold, 1u);
   const auto fresh = make_tokens(32, 61);
   h.add_request(with_suffix(fresh, 3, 62), 2);
-  run_until_done(h);
+  h.run_until_done();
   EXPECT_EQ(h.check_readable_chunks(fresh), 4u) << "reuse seen: a first sight is stored";
   h.expect_leases_conserved();
 }
@@ -106,7 +101,7 @@ TEST(Connector, StoresOverTheInFlightBoundAreDeferredAndTheRequestKeepsComputing
   EXPECT_EQ(h.scheduler->counters().jobs_in_flight, 1u) << "only chunk 0's store was issued";
   EXPECT_GE(h.scheduler->counters().stores_deferred, 3u) << "chunks 1-3 were put off";
   h.ranks[0]->fault.release_hangs();
-  run_until_done(h);
+  h.run_until_done();
   EXPECT_EQ(h.check_readable_chunks(doc), 4u)
       << "the deferred chunks were stored once the direction caught up, a still running";
   h.expect_leases_conserved();
@@ -116,7 +111,7 @@ TEST(Connector, ALoadIsNotQueuedBehindAHungStore) {
   ConnectorHarness h({.prefill_chunk = 64});
   const auto doc = make_tokens(32, 23);
   h.add_request(with_suffix(doc, 3, 24), 2);
-  run_until_done(h);
+  h.run_until_done();
   ASSERT_EQ(h.check_readable_chunks(doc), 4u);
   // Another request's store hangs; a request whose prefix is cached loads meanwhile.
   h.ranks[0]->fault.set_plan(
@@ -131,7 +126,7 @@ TEST(Connector, ALoadIsNotQueuedBehindAHungStore) {
   EXPECT_EQ(h.scheduler->counters().loads_completed, 1u);
   EXPECT_EQ(h.scheduler->counters().jobs_in_flight, 1u) << "the store still hangs";
   h.ranks[0]->fault.release_hangs();
-  run_until_done(h);
+  h.run_until_done();
   h.expect_leases_conserved();
 }
 
@@ -156,7 +151,7 @@ TEST(Connector, LoadStartingInsideAChunkCopiesOnlyTheMissingBlocks) {
   ConnectorHarness h({});
   const auto doc = make_tokens(32, 12);
   h.add_request(with_suffix(doc, 3, 13), 1);
-  run_until_done(h);
+  h.run_until_done();
   SchedulerConnector& s = *h.scheduler;
   const auto prompt = with_suffix(doc, 5, 14);
   const Match m = s.get_num_new_matched_tokens(

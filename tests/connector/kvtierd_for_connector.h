@@ -32,6 +32,18 @@ inline std::unique_ptr<KvtierdProcess> start_kvtierd(const KvGroup& g, const std
   return std::make_unique<KvtierdProcess>(endpoint, settings, test_hooks);
 }
 
+// The one-group layout the remote connector's tests run with: 2 layers, 4 blocks of 4 tokens per
+// chunk.
+inline KvLayout remote_layout() {
+  return KvLayout{.device_layout = DeviceLayout::kPerLayer,
+                  .groups = {KvGroup{.layers = 2,
+                                     .kv_heads = 1,
+                                     .head_dim = 4,
+                                     .dtype_bytes = 4,
+                                     .block_size = 4,
+                                     .blocks_per_chunk = 4}}};
+}
+
 inline Config server_mode(Config c, const std::string& endpoint) {
   c.cache.mode = CacheMode::kServer;
   c.server.endpoint = endpoint;

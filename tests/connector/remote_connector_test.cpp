@@ -16,15 +16,6 @@ namespace {
 
 using std::chrono::seconds;
 
-KvLayout test_layout() {
-  return KvLayout{.device_layout = DeviceLayout::kPerLayer,
-                  .groups = {KvGroup{.layers = 2,
-                                     .kv_heads = 1,
-                                     .head_dim = 4,
-                                     .dtype_bytes = 4,
-                                     .block_size = 4,
-                                     .blocks_per_chunk = 4}}};
-}
 constexpr size_t kChunkTokens = 16;
 constexpr uint32_t kDeviceBlocks = 32;
 
@@ -37,7 +28,7 @@ std::vector<TokenId> tokens(size_t n, TokenId seed) {
 class RemoteConnectorTest : public ::testing::Test {
  protected:
   explicit RemoteConnectorTest(uint32_t world_size = 2)
-      : layout_(test_layout()),
+      : layout_(remote_layout()),
         kvtierd_(start_kvtierd(layout_.groups[0], unique_endpoint(), /*test_hooks=*/true)),
         factory_(config(kvtierd_->endpoint()),
                  ConnectorShape{.world_size = world_size, .layout = layout_, .model = "m"}) {}
@@ -312,7 +303,7 @@ TEST_F(RemoteConnectorTest, PrefixStoredByEveryRankLoadsBackIntoNewBlocksAndEver
 }
 
 TEST(ConnectorFactory, LocalCacheGivesTheInProcessSidesAndBadShapesAreRefused) {
-  const KvLayout layout = test_layout();
+  const KvLayout layout = remote_layout();
   ConnectorFactory local(
       Config{}, ConnectorShape{.world_size = 1, .layout = layout, .model = "m", .host_slots = 8});
   const SchedulerSide side = local.scheduler_side();

@@ -11,16 +11,6 @@
 namespace kvtier::testing {
 namespace {
 
-KvLayout test_layout() {
-  return KvLayout{.device_layout = DeviceLayout::kPerLayer,
-                  .groups = {KvGroup{.layers = 2,
-                                     .kv_heads = 1,
-                                     .head_dim = 4,
-                                     .dtype_bytes = 4,
-                                     .block_size = 4,
-                                     .blocks_per_chunk = 4}}};
-}
-
 // Loads that end in a later step (connector.load_in_step false) unless a fixture below asks for
 // loads in step, where start_load waits for them.
 Config loads_in_step(bool in_step) {
@@ -32,7 +22,7 @@ Config loads_in_step(bool in_step) {
 class RemoteWorkerConnectorTest : public ::testing::Test {
  protected:
   explicit RemoteWorkerConnectorTest(Config base = loads_in_step(false))
-      : layout_(test_layout()),
+      : layout_(remote_layout()),
         kvtierd_(start_kvtierd(layout_.groups[0], unique_endpoint(), /*test_hooks=*/true)),
         connector_(0, layout_, 32, server_mode(std::move(base), kvtierd_->endpoint())) {
     EXPECT_TRUE(connector_.wait_until_ok(std::chrono::seconds(10)));

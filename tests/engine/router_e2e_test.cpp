@@ -75,7 +75,7 @@ Routed post_routed(const ServeProcess& router, const nlohmann::json& body,
 }
 
 // `n` characters that differ for different seeds (no shared prefix between seeds).
-std::string document(size_t n, int seed) {
+std::string seeded_document(size_t n, int seed) {
   return std::to_string(seed) + ":" + prompt_text(n, seed * 5 + 1);
 }
 
@@ -101,7 +101,7 @@ TEST(RouterE2E, RequestsWithASharedPrefixGoToTheBackendWhoseEventsSayItHoldsIt) 
       [&] { return in_rotation(*router, url_of(*a)) && in_rotation(*router, url_of(*b)); },
       10000ms));
   // B computes document x (sent to it directly); its events tell the router.
-  const std::string x = document(640, 1);
+  const std::string x = seeded_document(640, 1);
   // A prefill of 640 tokens: the client waits as long as post_routed's (ThreadSanitizer on a
   // loaded machine takes more than the default 5 s).
   ASSERT_EQ(b->post("/v1/completions", {{"prompt", x + "\nQ1"}, {"max_tokens", 4}}, 60000ms).status,
@@ -115,7 +115,7 @@ TEST(RouterE2E, RequestsWithASharedPrefixGoToTheBackendWhoseEventsSayItHoldsIt) 
       << "B served the prefix from its cache";
   EXPECT_EQ(backend_metric(*router, "kvtier_router_routing_hits_total", url_of(*b)), 1);
   // And a document A holds goes to A.
-  const std::string y = document(640, 2);
+  const std::string y = seeded_document(640, 2);
   ASSERT_EQ(a->post("/v1/completions", {{"prompt", y + "\nQ1"}, {"max_tokens", 4}}, 60000ms).status,
             200);
   ASSERT_TRUE(indexed_on_device(*router, url_of(*a), 640 / 16));
@@ -183,7 +183,7 @@ TEST(RouterE2E, RequestsAreServedWhenABackendsEventStreamIsDown) {
   ASSERT_TRUE(wait_until(
       [&] { return in_rotation(*router, url_of(*a)) && in_rotation(*router, url_of(*b)); },
       10000ms));
-  const std::string x = document(400, 3);
+  const std::string x = seeded_document(400, 3);
   const HttpReply direct =
       a->post("/v1/completions", {{"prompt", x + "\nQ"}, {"max_tokens", 6}}, 60000ms);
   ASSERT_EQ(direct.status, 200);

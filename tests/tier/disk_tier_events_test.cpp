@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "disk_test_util.h"
 #include "kvtier/tier/disk_tier.h"
 #include "support/kv_event_mirror.h"
 #include "support/temp_dir.h"
@@ -11,22 +12,19 @@
 namespace kvtier {
 namespace {
 
+using testing::disk_key;
 using testing::KvEventMirror;
 
 constexpr uint64_t kUniverse = 40;
 
-ChunkKey key(uint64_t i) {
-  return ChunkKey{.lo = i, .hi = 0xd15c};
-}
-
 std::set<ChunkKey> held(DiskTier& tier) {
   std::vector<ChunkKey> keys;
-  for (uint64_t i = 0; i < kUniverse; ++i) keys.push_back(key(i));
+  for (uint64_t i = 0; i < kUniverse; ++i) keys.push_back(disk_key(i));
   Result<std::vector<bool>> found = tier.contains(keys, std::chrono::seconds(5));
   EXPECT_TRUE(found.has_value());
   std::set<ChunkKey> out;
   for (uint64_t i = 0; found && i < kUniverse; ++i) {
-    if ((*found)[i]) out.insert(key(i));
+    if ((*found)[i]) out.insert(disk_key(i));
   }
   return out;
 }
@@ -52,7 +50,7 @@ TEST(DiskTierEvents, StoresAndEvictionsAreMirroredAndAReopenedTierAnnouncesItsCh
     std::mt19937 rng(5);
     std::vector<std::byte> chunk(4096, std::byte{7});
     for (int step = 0; step < 120; ++step) {
-      const ChunkKey k = key(rng() % kUniverse);
+      const ChunkKey k = disk_key(rng() % kUniverse);
       const std::span<const std::byte> bytes(chunk);
       ASSERT_TRUE((*tier)->put(std::span(&k, 1), std::span(&bytes, 1), std::chrono::seconds(5)));
       if (step % 20 != 19) continue;

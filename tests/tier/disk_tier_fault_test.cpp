@@ -20,8 +20,8 @@ using testing::disk_key;
 using testing::get_one;
 using testing::put_one;
 
-constexpr size_t kChunk = 64 * 1024;
-constexpr Duration kTimeout = 10s;
+constexpr size_t kFaultChunk = 64 * 1024;
+constexpr Duration kFaultTimeout = 10s;
 
 DiskTierOptions options(const std::filesystem::path& dir, DiskIo io = DiskIo::kAuto) {
   return {.directory = dir,
@@ -33,7 +33,7 @@ DiskTierOptions options(const std::filesystem::path& dir, DiskIo io = DiskIo::kA
 }
 
 void put_ok(Tier& tier, uint64_t id) {
-  Result<std::vector<ChunkStatus>> r = put_one(tier, id, kChunk);
+  Result<std::vector<ChunkStatus>> r = put_one(tier, id, kFaultChunk);
   ASSERT_TRUE(r) << r.error().to_string();
   ASSERT_EQ((*r)[0], ChunkStatus::kOk) << id;
 }
@@ -76,22 +76,22 @@ TEST_P(DiskTierF3, F3_FlippedPayloadByteIsCorruptAndNeverServed) {
   b[0] ^= 0x10;
   overwrite(at.segment, at.offset + 4096 + 1000, b);
 
-  std::vector<std::vector<std::byte>> out(3, std::vector<std::byte>(kChunk));
+  std::vector<std::vector<std::byte>> out(3, std::vector<std::byte>(kFaultChunk));
   std::vector<std::span<std::byte>> dst(out.begin(), out.end());
   const std::vector keys = {disk_key(1), disk_key(2), disk_key(3)};
-  EXPECT_EQ(*tier->get(keys, dst, kTimeout),
+  EXPECT_EQ(*tier->get(keys, dst, kFaultTimeout),
             (std::vector{ChunkStatus::kOk, ChunkStatus::kCorrupt, ChunkStatus::kOk}));
   const TierCounters c = tier->counters();
   EXPECT_EQ(c.corrupt, 1u);
   EXPECT_EQ(c.hits, 2u);
   // Forgotten: the next lookup misses rather than finding it again.
-  EXPECT_EQ(*tier->contains(std::vector{disk_key(2)}, kTimeout), std::vector<bool>{false});
-  EXPECT_EQ(get_one(*tier, 2, kChunk), ChunkStatus::kMiss);
+  EXPECT_EQ(*tier->contains(std::vector{disk_key(2)}, kFaultTimeout), std::vector<bool>{false});
+  EXPECT_EQ(get_one(*tier, 2, kFaultChunk), ChunkStatus::kMiss);
   // After a restart the scan finds its (intact) header again; the read still refuses it.
   tier.reset();
   tier = open();
-  EXPECT_EQ(get_one(*tier, 2, kChunk), ChunkStatus::kCorrupt);
-  EXPECT_EQ(get_one(*tier, 3, kChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*tier, 2, kFaultChunk), ChunkStatus::kCorrupt);
+  EXPECT_EQ(get_one(*tier, 3, kFaultChunk), ChunkStatus::kOk);
 }
 
 TEST_P(DiskTierF3, F3_TornPayloadIsCorruptAndNeverServed) {
@@ -100,11 +100,11 @@ TEST_P(DiskTierF3, F3_TornPayloadIsCorruptAndNeverServed) {
   // A write torn at a block boundary: the header and the first blocks landed, the rest did not.
   const DiskTier::RecordLocation at = *tier->location_of(disk_key(2));
   overwrite(at.segment, at.offset + 4096 + 32768, std::vector<char>(32768, 0));
-  EXPECT_EQ(get_one(*tier, 2, kChunk), ChunkStatus::kCorrupt);
+  EXPECT_EQ(get_one(*tier, 2, kFaultChunk), ChunkStatus::kCorrupt);
   tier.reset();
   tier = open();  // indexed again from its header, and refused again
-  EXPECT_EQ(get_one(*tier, 2, kChunk), ChunkStatus::kCorrupt);
-  EXPECT_EQ(get_one(*tier, 1, kChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*tier, 2, kFaultChunk), ChunkStatus::kCorrupt);
+  EXPECT_EQ(get_one(*tier, 1, kFaultChunk), ChunkStatus::kOk);
   EXPECT_EQ(tier->counters().hits, 1u);
 }
 
@@ -122,10 +122,10 @@ TEST_P(DiskTierF3, F3_TornOrCorruptHeaderIsSkippedOnRebuildAndItsNeighboursSurvi
 
   tier = open();
   EXPECT_EQ(tier->chunk_count(), 2u);
-  EXPECT_EQ(get_one(*tier, 2, kChunk), ChunkStatus::kMiss);
-  EXPECT_EQ(get_one(*tier, 3, kChunk), ChunkStatus::kMiss);
-  EXPECT_EQ(get_one(*tier, 1, kChunk), ChunkStatus::kOk);
-  EXPECT_EQ(get_one(*tier, 4, kChunk), ChunkStatus::kOk);  // found past the damage
+  EXPECT_EQ(get_one(*tier, 2, kFaultChunk), ChunkStatus::kMiss);
+  EXPECT_EQ(get_one(*tier, 3, kFaultChunk), ChunkStatus::kMiss);
+  EXPECT_EQ(get_one(*tier, 1, kFaultChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*tier, 4, kFaultChunk), ChunkStatus::kOk);  // found past the damage
 }
 
 TEST_P(DiskTierF3, F3_ARecordOfAnotherKeyIsCorrupt) {
@@ -135,13 +135,14 @@ TEST_P(DiskTierF3, F3_ARecordOfAnotherKeyIsCorrupt) {
   const DiskTier::RecordLocation one = *tier->location_of(disk_key(1));
   const DiskTier::RecordLocation two = *tier->location_of(disk_key(2));
   overwrite(one.segment, one.offset, read_bytes(two.segment, two.offset, two.bytes));
-  EXPECT_EQ(get_one(*tier, 1, kChunk), ChunkStatus::kCorrupt);
-  EXPECT_EQ(get_one(*tier, 2, kChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*tier, 1, kFaultChunk), ChunkStatus::kCorrupt);
+  EXPECT_EQ(get_one(*tier, 2, kFaultChunk), ChunkStatus::kOk);
 }
 
 ChunkStatus get_into(Tier& tier, uint64_t id, std::span<std::byte> dst) {
   const ChunkKey k = disk_key(id);
-  Result<std::vector<ChunkStatus>> r = tier.get(std::span(&k, 1), std::span(&dst, 1), kTimeout);
+  Result<std::vector<ChunkStatus>> r =
+      tier.get(std::span(&k, 1), std::span(&dst, 1), kFaultTimeout);
   return r ? (*r)[0] : ChunkStatus::kError;
 }
 
@@ -151,7 +152,7 @@ TEST_P(DiskTierF3, F3_ATruncatedRecordIsCorruptNeverServed) {
   // A short read (the file cut inside the record) is kCorrupt whatever the buffers held: both
   // the tier's bounce buffer (an odd address) and the caller's own buffer (aligned, read into
   // directly) hold the record's bytes from an earlier read when the cut one is read.
-  testing::AlignedChunk odd(kChunk + 1);
+  testing::AlignedChunk odd(kFaultChunk + 1);
   const std::span<std::byte> odd_span = odd.span().subspan(1);
   ASSERT_EQ(get_into(*tier, 2, odd_span), ChunkStatus::kOk);
   const auto cut = [&](uint64_t id) {
@@ -161,11 +162,11 @@ TEST_P(DiskTierF3, F3_ATruncatedRecordIsCorruptNeverServed) {
   cut(2);
   EXPECT_EQ(get_into(*tier, 2, odd_span), ChunkStatus::kCorrupt);
   put_ok(*tier, 3);
-  testing::AlignedChunk aligned(kChunk);
+  testing::AlignedChunk aligned(kFaultChunk);
   ASSERT_EQ(get_into(*tier, 3, aligned.span()), ChunkStatus::kOk);
   cut(3);
   EXPECT_EQ(get_into(*tier, 3, aligned.span()), ChunkStatus::kCorrupt);
-  EXPECT_EQ(get_one(*tier, 1, kChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*tier, 1, kFaultChunk), ChunkStatus::kOk);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DiskTierF3, ::testing::Values(DiskIo::kAuto, DiskIo::kThreads),
@@ -197,36 +198,37 @@ TEST(DiskTierHealth, H7_ADeletedSegmentFileMarksTheTierDownAndItRecovers) {
   const std::filesystem::path first = rig->disk->location_of(disk_key(3))->segment;
   ASSERT_NE(first, rig->disk->location_of(disk_key(17))->segment);
   // Found present by an earlier call: each call checks its segments again.
-  ASSERT_EQ(get_one(*rig->tier, 3, kChunk), ChunkStatus::kOk);
+  ASSERT_EQ(get_one(*rig->tier, 3, kFaultChunk), ChunkStatus::kOk);
   std::filesystem::remove(first);
 
   // The chunk's bytes are still readable through the open file, but the file is gone: the
   // tier fails the call instead of serving from a deleted segment.
-  std::vector<std::byte> out(kChunk);
+  std::vector<std::byte> out(kFaultChunk);
   const ChunkKey k = disk_key(3);
   const std::span<std::byte> d(out);
-  Result<std::vector<ChunkStatus>> r = rig->tier->get(std::span(&k, 1), std::span(&d, 1), kTimeout);
+  Result<std::vector<ChunkStatus>> r =
+      rig->tier->get(std::span(&k, 1), std::span(&d, 1), kFaultTimeout);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
   EXPECT_EQ(rig->tier->state(), TierState::kDown);
   EXPECT_NE(rig->tier->metrics().last_error.find(first.filename().string()), std::string::npos)
       << rig->tier->metrics().last_error;
   // Skipped while DOWN.
-  EXPECT_FALSE(put_one(*rig->tier, 50, kChunk));
+  EXPECT_FALSE(put_one(*rig->tier, 50, kFaultChunk));
   EXPECT_EQ(rig->tier->counters().skipped_calls, 1u);
 
   rig->clock.advance(1s);
   EXPECT_EQ(rig->tier->probe_if_due(), TierState::kUp);
-  EXPECT_EQ(get_one(*rig->tier, 3, kChunk), ChunkStatus::kMiss);  // went with its file
-  EXPECT_EQ(get_one(*rig->tier, 17, kChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*rig->tier, 3, kFaultChunk), ChunkStatus::kMiss);  // went with its file
+  EXPECT_EQ(get_one(*rig->tier, 17, kFaultChunk), ChunkStatus::kOk);
   put_ok(*rig->tier, 50);
   EXPECT_EQ(rig->tier->state(), TierState::kUp);
 
   rig.reset();  // and a restart agrees
   HealthRig again(options(dir.path()));
-  EXPECT_EQ(get_one(*again.tier, 3, kChunk), ChunkStatus::kMiss);
-  EXPECT_EQ(get_one(*again.tier, 17, kChunk), ChunkStatus::kOk);
-  EXPECT_EQ(get_one(*again.tier, 50, kChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*again.tier, 3, kFaultChunk), ChunkStatus::kMiss);
+  EXPECT_EQ(get_one(*again.tier, 17, kFaultChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*again.tier, 50, kFaultChunk), ChunkStatus::kOk);
 }
 
 TEST(DiskTierHealth, H7_ADeletedDirectoryMarksTheTierDownAndItRecovers) {
@@ -236,7 +238,7 @@ TEST(DiskTierHealth, H7_ADeletedDirectoryMarksTheTierDownAndItRecovers) {
   for (uint64_t id = 0; id < 5; ++id) put_ok(*rig.tier, id);
   std::filesystem::remove_all(dir);
 
-  Result<std::vector<ChunkStatus>> r = put_one(*rig.tier, 10, kChunk);
+  Result<std::vector<ChunkStatus>> r = put_one(*rig.tier, 10, kFaultChunk);
   ASSERT_FALSE(r);
   EXPECT_EQ(rig.tier->state(), TierState::kDown);
   EXPECT_NE(rig.tier->metrics().last_error.find("deleted"), std::string::npos)
@@ -246,8 +248,8 @@ TEST(DiskTierHealth, H7_ADeletedDirectoryMarksTheTierDownAndItRecovers) {
   EXPECT_EQ(rig.tier->probe_if_due(), TierState::kUp);
   EXPECT_TRUE(std::filesystem::exists(dir / "LOCK"));
   put_ok(*rig.tier, 10);
-  EXPECT_EQ(get_one(*rig.tier, 10, kChunk), ChunkStatus::kOk);
-  EXPECT_EQ(get_one(*rig.tier, 1, kChunk), ChunkStatus::kMiss);
+  EXPECT_EQ(get_one(*rig.tier, 10, kFaultChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*rig.tier, 1, kFaultChunk), ChunkStatus::kMiss);
 }
 
 // The full-disk scenario: a tier whose next segment does not fit goes DOWN naming why, stays
@@ -257,7 +259,7 @@ void full_disk_scenario(const std::filesystem::path& dir, const std::function<vo
   HealthRig rig(options(dir));
   for (uint64_t id = 0; id < 15; ++id) put_ok(*rig.tier, id);  // segment 1, full
   fill();
-  Result<std::vector<ChunkStatus>> r = put_one(*rig.tier, 15, kChunk);  // needs segment 2
+  Result<std::vector<ChunkStatus>> r = put_one(*rig.tier, 15, kFaultChunk);  // needs segment 2
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
   EXPECT_NE(r.error().message.find(expected), std::string::npos) << r.error().message;
@@ -271,7 +273,8 @@ void full_disk_scenario(const std::filesystem::path& dir, const std::function<vo
   rig.clock.advance(2s);
   EXPECT_EQ(rig.tier->probe_if_due(), TierState::kUp);
   put_ok(*rig.tier, 15);
-  for (uint64_t id = 0; id < 16; ++id) EXPECT_EQ(get_one(*rig.tier, id, kChunk), ChunkStatus::kOk);
+  for (uint64_t id = 0; id < 16; ++id)
+    EXPECT_EQ(get_one(*rig.tier, id, kFaultChunk), ChunkStatus::kOk);
 }
 
 TEST(DiskTierHealth, H7_AFullDiskMarksTheTierDownAndItRecovers) {

@@ -31,9 +31,9 @@ using testing::get_one;
 using testing::has_pattern;
 using testing::put_one;
 
-constexpr size_t kChunk = 60 * 1024 + 100;      // not a multiple of 4 KiB: padded on disk
+constexpr size_t kDiskChunk = 60 * 1024 + 100;  // not a multiple of 4 KiB: padded on disk
 constexpr uint64_t kRecord = 4096 + 64 * 1024;  // 15 records fill a segment of 1 MiB
-constexpr Duration kTimeout = 10s;
+constexpr Duration kDiskTimeout = 10s;
 
 // Bytes of the segment files in a directory, as the file system reports them.
 uint64_t segment_file_bytes(const std::filesystem::path& dir) {
@@ -55,7 +55,7 @@ Result<std::vector<ChunkStatus>> put_batch(Tier& tier, uint64_t first_id, size_t
     keys.push_back(disk_key(id));
   }
   for (const auto& c : chunks) spans.emplace_back(c);
-  return tier.put(keys, spans, kTimeout);
+  return tier.put(keys, spans, kDiskTimeout);
 }
 
 class DiskTierTest : public ::testing::TestWithParam<DiskIo> {
@@ -85,7 +85,7 @@ class DiskTierTest : public ::testing::TestWithParam<DiskIo> {
   }
   void put(Tier& tier, std::initializer_list<uint64_t> ids) {
     for (uint64_t id : ids) {
-      Result<std::vector<ChunkStatus>> r = put_one(tier, id, kChunk);
+      Result<std::vector<ChunkStatus>> r = put_one(tier, id, kDiskChunk);
       ASSERT_TRUE(r) << r.error().to_string();
       ASSERT_EQ((*r)[0], ChunkStatus::kOk) << id;
     }
@@ -130,12 +130,12 @@ TEST_P(DiskTierTest, RoundTripsABatchThroughBuffersOfAnyAlignment) {
   for (uint64_t i = 0; i < n; ++i) {
     keys.push_back(disk_key(i));
     // Sizes: a multiple of 4 KiB, and not (a partial last block).
-    const size_t bytes = i % 2 == 0 ? 64 * 1024 : kChunk;
+    const size_t bytes = i % 2 == 0 ? 64 * 1024 : kDiskChunk;
     sources.push_back(std::make_unique<OffsetBuffer>(bytes, kOffsets[i % 4]));
     fill_pattern(sources.back()->span().data(), bytes, i);
     in.push_back(sources.back()->span().first(bytes));
   }
-  ASSERT_EQ(*tier->put(keys, in, kTimeout), std::vector<ChunkStatus>(n, ChunkStatus::kOk));
+  ASSERT_EQ(*tier->put(keys, in, kDiskTimeout), std::vector<ChunkStatus>(n, ChunkStatus::kOk));
 
   std::vector<std::unique_ptr<OffsetBuffer>> back;
   std::vector<std::span<std::byte>> out;
@@ -143,7 +143,7 @@ TEST_P(DiskTierTest, RoundTripsABatchThroughBuffersOfAnyAlignment) {
     back.push_back(std::make_unique<OffsetBuffer>(in[i].size(), kOffsets[(i / 4) % 4]));
     out.push_back(back.back()->span().first(in[i].size()));
   }
-  ASSERT_EQ(*tier->get(keys, out, kTimeout), std::vector<ChunkStatus>(n, ChunkStatus::kOk));
+  ASSERT_EQ(*tier->get(keys, out, kDiskTimeout), std::vector<ChunkStatus>(n, ChunkStatus::kOk));
   for (uint64_t i = 0; i < n; ++i) {
     EXPECT_TRUE(has_pattern(out[i].data(), out[i].size(), i)) << i;
   }
@@ -156,9 +156,9 @@ TEST_P(DiskTierTest, RoundTripsABatchThroughBuffersOfAnyAlignment) {
 TEST_P(DiskTierTest, MissAndContains) {
   auto tier = open(64 << 20);
   put(*tier, {1, 3});
-  EXPECT_EQ(*tier->contains(std::vector{disk_key(1), disk_key(2), disk_key(3)}, kTimeout),
+  EXPECT_EQ(*tier->contains(std::vector{disk_key(1), disk_key(2), disk_key(3)}, kDiskTimeout),
             (std::vector<bool>{true, false, true}));
-  EXPECT_EQ(get_one(*tier, 2, kChunk), ChunkStatus::kMiss);
+  EXPECT_EQ(get_one(*tier, 2, kDiskChunk), ChunkStatus::kMiss);
   EXPECT_EQ(tier->counters().misses, 1u);
 }
 
@@ -188,15 +188,16 @@ TEST_P(DiskTierTest, ReopenFindsEveryChunkAcrossSegments) {
   auto reopened = open(64 << 20);
   EXPECT_EQ(reopened->chunk_count(), 40u);
   EXPECT_EQ(reopened->bytes_used(), 40 * kRecord);
-  for (uint64_t id = 0; id < 40; ++id) EXPECT_EQ(get_one(*reopened, id, kChunk), ChunkStatus::kOk);
+  for (uint64_t id = 0; id < 40; ++id)
+    EXPECT_EQ(get_one(*reopened, id, kDiskChunk), ChunkStatus::kOk);
   // Appends continue where the last segment ended, and are found by the next open too.
   put(*reopened, {100, 101});
   EXPECT_EQ(reopened->segment_count(), 3u);
   reopened.reset();
   auto again = open(64 << 20);
   EXPECT_EQ(again->chunk_count(), 42u);
-  EXPECT_EQ(get_one(*again, 101, kChunk), ChunkStatus::kOk);
-  EXPECT_EQ(get_one(*again, 7, kChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*again, 101, kDiskChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*again, 7, kDiskChunk), ChunkStatus::kOk);
 }
 
 TEST_P(DiskTierTest, ReopenServesTheNewestRecordOfAKey) {
@@ -222,16 +223,16 @@ TEST_P(DiskTierTest, StaysWithinItsCapacityEvictingLeastRecentlyUsed) {
     put(*tier, {id});
     // Keys 0-2 stay hot.
     if (id % 10 == 0) {
-      for (uint64_t hot : {0, 1, 2}) ASSERT_EQ(get_one(*tier, hot, kChunk), ChunkStatus::kOk);
+      for (uint64_t hot : {0, 1, 2}) ASSERT_EQ(get_one(*tier, hot, kDiskChunk), ChunkStatus::kOk);
     }
     ASSERT_LE(tier->disk_bytes(), kCapacity);
     ASSERT_LE(segment_file_bytes(dir_.path()), kCapacity) << "after " << id;
   }
   EXPECT_GT(tier->evictions(), 100u);
   EXPECT_LE(tier->bytes_used(), kCapacity);
-  for (uint64_t hot : {0, 1, 2}) EXPECT_EQ(get_one(*tier, hot, kChunk), ChunkStatus::kOk);
-  EXPECT_EQ(get_one(*tier, 199, kChunk), ChunkStatus::kOk);
-  EXPECT_EQ(get_one(*tier, 3, kChunk), ChunkStatus::kMiss);  // cold and old: evicted
+  for (uint64_t hot : {0, 1, 2}) EXPECT_EQ(get_one(*tier, hot, kDiskChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*tier, 199, kDiskChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*tier, 3, kDiskChunk), ChunkStatus::kMiss);  // cold and old: evicted
 }
 
 TEST_P(DiskTierTest, CompactionReclaimsSpaceAndKeepsLiveChunksReadable) {
@@ -259,13 +260,13 @@ TEST_P(DiskTierTest, CompactionReclaimsSpaceAndKeepsLiveChunksReadable) {
   EXPECT_EQ(tier->evictions(), 0u);
   // Every live chunk is still readable, moved or not.
   for (uint64_t id = 0; id < 30; ++id) {
-    EXPECT_EQ(get_one(*tier, id, id % 5 == 0 ? kChunk : 4096), ChunkStatus::kOk) << id;
+    EXPECT_EQ(get_one(*tier, id, id % 5 == 0 ? kDiskChunk : 4096), ChunkStatus::kOk) << id;
   }
   // And is found at its new place after a restart.
   tier.reset();
   auto reopened = open(kCapacity);
   for (uint64_t id = 0; id < 30; ++id) {
-    EXPECT_EQ(get_one(*reopened, id, id % 5 == 0 ? kChunk : 4096), ChunkStatus::kOk) << id;
+    EXPECT_EQ(get_one(*reopened, id, id % 5 == 0 ? kDiskChunk : 4096), ChunkStatus::kOk) << id;
   }
   EXPECT_LE(segment_file_bytes(dir_.path()), kCapacity);
 }
@@ -285,7 +286,7 @@ TEST_P(DiskTierTest, AFullTierWritesIntoItsRetiredFilesAndTheirOldRecordsAreNeve
     EXPECT_EQ(tier->segment_count() + tier->spare_count(), 4u);
     EXPECT_LE(segment_file_bytes(dir_.path()), kCapacity);
     for (uint64_t k = 0; k < id; ++k) {
-      const ChunkStatus status = get_one(*tier, k, kChunk);
+      const ChunkStatus status = get_one(*tier, k, kDiskChunk);
       ASSERT_TRUE(status == ChunkStatus::kOk || status == ChunkStatus::kMiss) << k;
       if (status == ChunkStatus::kOk) held.push_back(k);
     }
@@ -296,7 +297,7 @@ TEST_P(DiskTierTest, AFullTierWritesIntoItsRetiredFilesAndTheirOldRecordsAreNeve
   // reused files (of chunks evicted since) belong to segments that no longer exist.
   auto reopened = open(kCapacity);
   EXPECT_EQ(reopened->chunk_count(), held.size());
-  for (uint64_t k : held) EXPECT_EQ(get_one(*reopened, k, kChunk), ChunkStatus::kOk) << k;
+  for (uint64_t k : held) EXPECT_EQ(get_one(*reopened, k, kDiskChunk), ChunkStatus::kOk) << k;
   EXPECT_EQ(reopened->spare_count(), spares);
   // The spares found on disk are reused too.
   for (uint64_t id = 1000; reopened->segments_reused() == 0 && id < 1100; ++id) {
@@ -362,17 +363,17 @@ TEST_P(DiskTierTest, RestartWithASmallerCapacityEvictsDownToIt) {
   EXPECT_LE(reopened->disk_bytes(), 2u << 20);
   EXPECT_LE(segment_file_bytes(dir_.path()), 2u << 20);
   EXPECT_GT(reopened->evictions(), 0u);
-  EXPECT_EQ(get_one(*reopened, 59, kChunk), ChunkStatus::kOk);
+  EXPECT_EQ(get_one(*reopened, 59, kDiskChunk), ChunkStatus::kOk);
 }
 
 TEST_P(DiskTierTest, ATimeoutThatHasPassedStartsNoIo) {
   auto tier = open(64 << 20);
   put(*tier, {1});
-  Result<std::vector<ChunkStatus>> r = put_one(*tier, 2, kChunk, Duration::zero());
+  Result<std::vector<ChunkStatus>> r = put_one(*tier, 2, kDiskChunk, Duration::zero());
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kDeadlineExceeded);
-  EXPECT_FALSE((*tier->contains(std::vector{disk_key(2)}, kTimeout))[0]);
-  std::vector<std::byte> out(kChunk);
+  EXPECT_FALSE((*tier->contains(std::vector{disk_key(2)}, kDiskTimeout))[0]);
+  std::vector<std::byte> out(kDiskChunk);
   const ChunkKey k = disk_key(1);
   const std::span<std::byte> d(out);
   Result<std::vector<ChunkStatus>> g = tier->get(std::span(&k, 1), std::span(&d, 1), 0s);
@@ -408,24 +409,24 @@ TEST_P(DiskTierTest, ThreadsPuttingAndGettingWhileItEvictsAndCompactsSeeOnlyWhol
   for (uint64_t t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937_64 rng(t);
-      std::vector<std::byte> out(kChunk);
+      std::vector<std::byte> out(kDiskChunk);
       for (int op = 0; op < 400; ++op) {
         const uint64_t id = rng() % 3 == 0 ? rng() % 120 : rng() % 40;
         const ChunkKey k = disk_key(id);
         if (rng() % 2 == 0) {
-          const std::vector<std::byte> c = chunk_bytes(id, kChunk);
+          const std::vector<std::byte> c = chunk_bytes(id, kDiskChunk);
           const std::span<const std::byte> s(c);
           Result<std::vector<ChunkStatus>> r =
-              tier->put(std::span(&k, 1), std::span(&s, 1), kTimeout);
+              tier->put(std::span(&k, 1), std::span(&s, 1), kDiskTimeout);
           if (!r || (*r)[0] != ChunkStatus::kOk) wrong = true;
         } else {
           const std::span<std::byte> d(out);
           Result<std::vector<ChunkStatus>> r =
-              tier->get(std::span(&k, 1), std::span(&d, 1), kTimeout);
+              tier->get(std::span(&k, 1), std::span(&d, 1), kDiskTimeout);
           if (!r || ((*r)[0] != ChunkStatus::kOk && (*r)[0] != ChunkStatus::kMiss)) wrong = true;
           if (r && (*r)[0] == ChunkStatus::kOk) {
             ++hits;
-            if (!has_pattern(out.data(), kChunk, id)) wrong = true;
+            if (!has_pattern(out.data(), kDiskChunk, id)) wrong = true;
           }
         }
       }
@@ -440,13 +441,13 @@ TEST_P(DiskTierTest, ThreadsPuttingAndGettingWhileItEvictsAndCompactsSeeOnlyWhol
   // Every chunk it still holds is whole, now and after a restart.
   std::vector<uint64_t> held;
   for (uint64_t id = 0; id < 120; ++id) {
-    if ((*tier->contains(std::vector{disk_key(id)}, kTimeout))[0]) held.push_back(id);
+    if ((*tier->contains(std::vector{disk_key(id)}, kDiskTimeout))[0]) held.push_back(id);
   }
   ASSERT_FALSE(held.empty());
-  for (uint64_t id : held) EXPECT_EQ(get_one(*tier, id, kChunk), ChunkStatus::kOk) << id;
+  for (uint64_t id : held) EXPECT_EQ(get_one(*tier, id, kDiskChunk), ChunkStatus::kOk) << id;
   tier.reset();
   auto reopened = open(kCapacity);
-  for (uint64_t id : held) EXPECT_EQ(get_one(*reopened, id, kChunk), ChunkStatus::kOk) << id;
+  for (uint64_t id : held) EXPECT_EQ(get_one(*reopened, id, kDiskChunk), ChunkStatus::kOk) << id;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DiskTierTest, ::testing::Values(DiskIo::kAuto, DiskIo::kThreads),
@@ -524,9 +525,9 @@ TEST(DiskTier, FallsBackToThreadsWhenIoUringIsRefused) {
     EXPECT_FALSE((*tier)->uses_io_uring());
     EXPECT_NE((*tier)->io_description().find("io_uring unavailable"), std::string::npos)
         << (*tier)->io_description();
-    Result<std::vector<ChunkStatus>> r = put_one(**tier, 1, kChunk);
+    Result<std::vector<ChunkStatus>> r = put_one(**tier, 1, kDiskChunk);
     ASSERT_TRUE(r && (*r)[0] == ChunkStatus::kOk);
-    EXPECT_EQ(get_one(**tier, 1, kChunk), ChunkStatus::kOk);
+    EXPECT_EQ(get_one(**tier, 1, kDiskChunk), ChunkStatus::kOk);
   });
   EXPECT_EQ(status, 0);
 }

@@ -10,8 +10,8 @@ namespace {
 using namespace std::chrono_literals;
 using testing::FakeTier;
 
-constexpr Duration kTimeout = 1s;
-const ChunkKey kKey{.lo = 1, .hi = 2};
+constexpr Duration kCallTimeout = 1s;
+const ChunkKey kHealthKey{.lo = 1, .hi = 2};
 
 struct Rig {
   ManualClock clock;
@@ -25,7 +25,9 @@ struct Rig {
         std::move(inner),
         HealthOptions{.probe_initial = 1s, .probe_max = 4s, .probe_timeout = 1s, .clock = &clock});
   }
-  Result<std::vector<bool>> contains() { return tier->contains(std::span(&kKey, 1), kTimeout); }
+  Result<std::vector<bool>> contains() {
+    return tier->contains(std::span(&kHealthKey, 1), kCallTimeout);
+  }
 };
 
 TEST(HealthCheckedTier, H7_FailingTierIsMarkedDownAndSkipped) {
@@ -94,12 +96,13 @@ TEST(HealthCheckedTier, H7_ACallAtTheProbeTimeProbesAndProceeds) {
 
 TEST(HealthCheckedTier, H7_MissesAndCorruptChunksAreAnswersNotFailures) {
   Rig rig;
-  rig.fake->insert(kKey, std::vector<std::byte>(10));  // wrong size: the fake answers kCorrupt
+  rig.fake->insert(kHealthKey,
+                   std::vector<std::byte>(10));  // wrong size: the fake answers kCorrupt
   const ChunkKey absent{.lo = 9, .hi = 9};
   std::vector<std::byte> a(16), b(16);
-  const std::vector<ChunkKey> keys = {kKey, absent};
+  const std::vector<ChunkKey> keys = {kHealthKey, absent};
   const std::vector<std::span<std::byte>> dst = {a, b};
-  Result<std::vector<ChunkStatus>> r = rig.tier->get(keys, dst, kTimeout);
+  Result<std::vector<ChunkStatus>> r = rig.tier->get(keys, dst, kCallTimeout);
   ASSERT_TRUE(r);
   EXPECT_EQ(*r, (std::vector{ChunkStatus::kCorrupt, ChunkStatus::kMiss}));
   EXPECT_EQ(rig.tier->state(), TierState::kUp);
@@ -111,11 +114,11 @@ TEST(HealthCheckedTier, H7_MissesAndCorruptChunksAreAnswersNotFailures) {
 TEST(HealthCheckedTier, H7_APartDownIsDegradedNotDownAndItsKeysAreSkipped) {
   Rig rig;
   const ChunkKey other{.lo = 3, .hi = 4};
-  rig.fake->set_down_parts({{.name = "node-b", .error = "refused"}}, {kKey});
+  rig.fake->set_down_parts({{.name = "node-b", .error = "refused"}}, {kHealthKey});
   std::vector<std::byte> a(16, std::byte{1}), b(16, std::byte{2});
-  const std::vector<ChunkKey> keys = {kKey, other};
+  const std::vector<ChunkKey> keys = {kHealthKey, other};
   const std::vector<std::span<const std::byte>> chunks = {a, b};
-  Result<std::vector<ChunkStatus>> put = rig.tier->put(keys, chunks, kTimeout);
+  Result<std::vector<ChunkStatus>> put = rig.tier->put(keys, chunks, kCallTimeout);
   ASSERT_TRUE(put);
   EXPECT_EQ(*put, (std::vector{ChunkStatus::kSkipped, ChunkStatus::kOk}));
   // Skipped keys are neither errors nor a reason to take the whole tier down.
@@ -128,7 +131,7 @@ TEST(HealthCheckedTier, H7_APartDownIsDegradedNotDownAndItsKeysAreSkipped) {
   EXPECT_EQ(m.counters.skipped_keys, 1u);
   EXPECT_EQ(m.counters.errors, 0u);
   EXPECT_EQ(degraded_names(m), std::vector<std::string>{"fake/node-b"});
-  EXPECT_EQ(*rig.tier->contains(keys, kTimeout), (std::vector<bool>{false, true}));
+  EXPECT_EQ(*rig.tier->contains(keys, kCallTimeout), (std::vector<bool>{false, true}));
   // The wrapper lets the tier probe its parts; it recovers by itself.
   rig.fake->recover_parts_on_probe(true);
   EXPECT_EQ(rig.tier->probe_if_due(), TierState::kUp);

@@ -14,11 +14,16 @@ namespace kvtier {
 namespace {
 
 using namespace std::chrono_literals;
-using namespace tier_test;
 using bench::RedisClusterProcess;
 using bench::RedisServerProcess;
+using tier_test::all;
+using tier_test::get_range;
+using tier_test::GetOutcome;
+using tier_test::key;
+using tier_test::keys;
+using tier_test::put_range;
 
-constexpr Duration kTimeout = 2s;
+constexpr Duration kClusterTimeout = 2s;
 
 class RedisClusterTest : public ::testing::Test {
  protected:
@@ -38,7 +43,7 @@ class RedisClusterTest : public ::testing::Test {
   }
   void SetUp() override {
     if (cluster_ == nullptr) GTEST_SKIP() << "Redis Cluster did not start: " << *skip_reason_;
-    for (auto& node : cluster_->nodes()) ASSERT_TRUE(node->command({"FLUSHALL"}, kTimeout));
+    for (auto& node : cluster_->nodes()) ASSERT_TRUE(node->command({"FLUSHALL"}, kClusterTimeout));
     auto tier =
         RedisTier::open({.url = cluster_->url(),
                          .key_prefix = redis_key_prefix({.model = "m", .layout_fingerprint = 1})});
@@ -49,7 +54,7 @@ class RedisClusterTest : public ::testing::Test {
   // The node that owns `redis_key`'s slot: the one that does not answer MOVED.
   RedisServerProcess& owner_of(const std::string& redis_key) {
     for (auto& node : cluster_->nodes()) {
-      if (node->command({"EXISTS", redis_key}, kTimeout)) return *node;
+      if (node->command({"EXISTS", redis_key}, kClusterTimeout)) return *node;
     }
     ADD_FAILURE() << "no owner for " << redis_key;
     return *cluster_->nodes().front();
@@ -61,18 +66,20 @@ class RedisClusterTest : public ::testing::Test {
     return *cluster_->nodes().front();
   }
   static std::string id_of(const RedisServerProcess& node) {
-    return node.command({"CLUSTER", "MYID"}, kTimeout).value();
+    return node.command({"CLUSTER", "MYID"}, kClusterTimeout).value();
   }
   // Slot `slot` starts moving from `from` to `to` (IMPORTING on `to`, MIGRATING on `from`).
   static void start_migration(const std::string& slot, RedisServerProcess& from,
                               RedisServerProcess& to) {
-    ASSERT_TRUE(to.command({"CLUSTER", "SETSLOT", slot, "IMPORTING", id_of(from)}, kTimeout));
-    ASSERT_TRUE(from.command({"CLUSTER", "SETSLOT", slot, "MIGRATING", id_of(to)}, kTimeout));
+    ASSERT_TRUE(
+        to.command({"CLUSTER", "SETSLOT", slot, "IMPORTING", id_of(from)}, kClusterTimeout));
+    ASSERT_TRUE(
+        from.command({"CLUSTER", "SETSLOT", slot, "MIGRATING", id_of(to)}, kClusterTimeout));
   }
   // Every node assigns `slot` to `to`.
   void finish_migration(const std::string& slot, RedisServerProcess& to) {
     for (auto& node : cluster_->nodes()) {
-      ASSERT_TRUE(node->command({"CLUSTER", "SETSLOT", slot, "NODE", id_of(to)}, kTimeout));
+      ASSERT_TRUE(node->command({"CLUSTER", "SETSLOT", slot, "NODE", id_of(to)}, kClusterTimeout));
     }
   }
 
@@ -83,25 +90,25 @@ class RedisClusterTest : public ::testing::Test {
 };
 
 TEST_F(RedisClusterTest, RoundTripSpreadsOverEveryMaster) {
-  ASSERT_EQ(put_range(*tier_, 0, 96, kTimeout).value(), all(ChunkStatus::kOk, 96));
+  ASSERT_EQ(put_range(*tier_, 0, 96, kClusterTimeout).value(), all(ChunkStatus::kOk, 96));
   EXPECT_TRUE(tier_->cluster_mode());
-  GetOutcome g = get_range(*tier_, 0, 96, kTimeout);
+  GetOutcome g = get_range(*tier_, 0, 96, kClusterTimeout);
   ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
   EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, 96));
   EXPECT_TRUE(g.ok_chunks_intact);
-  EXPECT_EQ(*tier_->contains(keys(95, 2), kTimeout), (std::vector<bool>{true, false}));
+  EXPECT_EQ(*tier_->contains(keys(95, 2), kClusterTimeout), (std::vector<bool>{true, false}));
   int total = 0;
   for (auto& node : cluster_->nodes()) {
-    const int n = std::stoi(node->command({"DBSIZE"}, kTimeout).value());
+    const int n = std::stoi(node->command({"DBSIZE"}, kClusterTimeout).value());
     EXPECT_GT(n, 0) << node->address() << " holds nothing: keys were not routed by slot";
     total += n;
   }
   EXPECT_EQ(total, 96);
-  EXPECT_TRUE(tier_->ping(kTimeout));
+  EXPECT_TRUE(tier_->ping(kClusterTimeout));
 }
 
 TEST_F(RedisClusterTest, FollowsMovedAfterASlotChangesOwner) {
-  ASSERT_TRUE(put_range(*tier_, 0, 1, kTimeout));  // the tier now has the slot map
+  ASSERT_TRUE(put_range(*tier_, 0, 1, kClusterTimeout));  // the tier now has the slot map
   const std::string name = tier_->redis_key(key(0));
   const std::string slot = std::to_string(redis_key_slot(name));
   RedisServerProcess& from = owner_of(name);
@@ -110,26 +117,26 @@ TEST_F(RedisClusterTest, FollowsMovedAfterASlotChangesOwner) {
   start_migration(slot, from, to);
   ASSERT_TRUE(from.command(
       {"MIGRATE", "127.0.0.1", std::to_string(to.port()), "", "0", "5000", "KEYS", name},
-      kTimeout));
+      kClusterTimeout));
   finish_migration(slot, to);
   // The tier still routes the slot to `from`, which answers MOVED.
-  GetOutcome g = get_range(*tier_, 0, 1, kTimeout);
+  GetOutcome g = get_range(*tier_, 0, 1, kClusterTimeout);
   ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
   EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, 1));
   EXPECT_TRUE(g.ok_chunks_intact);
 }
 
 TEST_F(RedisClusterTest, FollowsAskWhileASlotMigrates) {
-  ASSERT_TRUE(tier_->ping(kTimeout));  // the tier has the slot map
+  ASSERT_TRUE(tier_->ping(kClusterTimeout));  // the tier has the slot map
   const std::string name = tier_->redis_key(key(5));
   const std::string slot = std::to_string(redis_key_slot(name));
   RedisServerProcess& from = owner_of(name);
   RedisServerProcess& to = other_than(from);
   start_migration(slot, from, to);
   // An absent key of a migrating slot: `from` answers ASK, the write lands on `to`.
-  ASSERT_EQ(put_range(*tier_, 5, 1, kTimeout).value(), all(ChunkStatus::kOk, 1));
-  EXPECT_EQ(to.command({"CLUSTER", "COUNTKEYSINSLOT", slot}, kTimeout).value(), "1");
-  GetOutcome g = get_range(*tier_, 5, 1, kTimeout);
+  ASSERT_EQ(put_range(*tier_, 5, 1, kClusterTimeout).value(), all(ChunkStatus::kOk, 1));
+  EXPECT_EQ(to.command({"CLUSTER", "COUNTKEYSINSLOT", slot}, kClusterTimeout).value(), "1");
+  GetOutcome g = get_range(*tier_, 5, 1, kClusterTimeout);
   ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
   EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, 1));
   EXPECT_TRUE(g.ok_chunks_intact);
@@ -167,13 +174,14 @@ class RedisClusterHealthTest : public RedisClusterTest {
                          .node_health = health_});
     ASSERT_TRUE(inner);
     checked_ = std::make_unique<HealthCheckedTier>(std::move(*inner), health_);
-    ASSERT_EQ(*put_range(*checked_, 0, kKeys, kTimeout), all(ChunkStatus::kOk, kKeys));
+    ASSERT_EQ(*put_range(*checked_, 0, kKeys, kClusterTimeout), all(ChunkStatus::kOk, kKeys));
     // The victim: key 0's master. Which ids live there, and which elsewhere.
     const std::string name = redis_tier().redis_key(key(0));
     victim_ = &owner_of(name);
     for (uint64_t id = 0; id < kKeys; ++id) {
       const std::string k = redis_tier().redis_key(key(id));
-      (victim_->command({"EXISTS", k}, kTimeout).value_or("") == "1" ? on_victim_ : elsewhere_)
+      (victim_->command({"EXISTS", k}, kClusterTimeout).value_or("") == "1" ? on_victim_
+                                                                            : elsewhere_)
           .push_back(id);
     }
     ASSERT_FALSE(on_victim_.empty());
@@ -208,15 +216,15 @@ TEST_F(RedisClusterHealthTest, H7_AKilledMasterTakesDownOnlyItsSlotsAndRecoversB
   ClusterNodeRestorer restore(*victim_);
   victim_->kill();
 
-  GetOutcome g = get_range(*checked_, 0, kKeys, kTimeout);
+  GetOutcome g = get_range(*checked_, 0, kKeys, kClusterTimeout);
   ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
   EXPECT_EQ(*g.statuses, expect(ChunkStatus::kSkipped));  // the others' keys still served
   EXPECT_TRUE(g.ok_chunks_intact);
   EXPECT_EQ(checked_->state(), TierState::kDegraded);
   expect_victim_named();
   // Writes and lookups go on for the other masters; the victim's keys are skipped and counted.
-  EXPECT_EQ(*put_range(*checked_, 0, kKeys, kTimeout), expect(ChunkStatus::kSkipped));
-  const std::vector<bool> held = *checked_->contains(keys(0, kKeys), kTimeout);
+  EXPECT_EQ(*put_range(*checked_, 0, kKeys, kClusterTimeout), expect(ChunkStatus::kSkipped));
+  const std::vector<bool> held = *checked_->contains(keys(0, kKeys), kClusterTimeout);
   for (uint64_t id = 0; id < kKeys; ++id) {
     EXPECT_EQ(held[id], std::ranges::find(on_victim_, id) == on_victim_.end()) << id;
   }
@@ -233,9 +241,9 @@ TEST_F(RedisClusterHealthTest, H7_AKilledMasterTakesDownOnlyItsSlotsAndRecoversB
   EXPECT_EQ(checked_->probe_if_due(), TierState::kUp);
   EXPECT_TRUE(checked_->metrics().down_parts.empty());
   // The restarted master lost its data (no persistence): misses there, then a fresh round trip.
-  EXPECT_EQ(*get_range(*checked_, 0, kKeys, kTimeout).statuses, expect(ChunkStatus::kMiss));
-  ASSERT_EQ(*put_range(*checked_, 0, kKeys, kTimeout), all(ChunkStatus::kOk, kKeys));
-  g = get_range(*checked_, 0, kKeys, kTimeout);
+  EXPECT_EQ(*get_range(*checked_, 0, kKeys, kClusterTimeout).statuses, expect(ChunkStatus::kMiss));
+  ASSERT_EQ(*put_range(*checked_, 0, kKeys, kClusterTimeout), all(ChunkStatus::kOk, kKeys));
+  g = get_range(*checked_, 0, kKeys, kClusterTimeout);
   EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, kKeys));
   EXPECT_TRUE(g.ok_chunks_intact);
 }
@@ -262,7 +270,7 @@ TEST_F(RedisClusterHealthTest, H7_AHungMasterCostsOneTimeoutThenItsKeysFailFast)
   ASSERT_TRUE(RedisClusterProcess::wait_serving(*victim_, 20s));
   clock_.advance(1s);
   EXPECT_EQ(checked_->probe_if_due(), TierState::kUp);
-  g = get_range(*checked_, 0, kKeys, kTimeout);  // it kept its data
+  g = get_range(*checked_, 0, kKeys, kClusterTimeout);  // it kept its data
   EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, kKeys));
   EXPECT_TRUE(g.ok_chunks_intact);
 }
@@ -273,7 +281,7 @@ TEST_F(RedisClusterHealthTest, H7_EveryMasterDownIsTheTierDown) {
     restore.push_back(std::make_unique<ClusterNodeRestorer>(*node));
     node->kill();
   }
-  EXPECT_FALSE(get_range(*checked_, 0, kKeys, kTimeout).statuses);
+  EXPECT_FALSE(get_range(*checked_, 0, kKeys, kClusterTimeout).statuses);
   EXPECT_EQ(checked_->state(), TierState::kDown);
   EXPECT_EQ(degraded_names(checked_->metrics()), std::vector<std::string>{"redis"});
   for (auto& node : cluster_->nodes()) ASSERT_TRUE(node->restart(20s));
@@ -282,7 +290,7 @@ TEST_F(RedisClusterHealthTest, H7_EveryMasterDownIsTheTierDown) {
   }
   clock_.advance(1s);
   EXPECT_EQ(checked_->probe_if_due(), TierState::kUp);  // the tier's probe probes every master
-  EXPECT_EQ(*put_range(*checked_, 0, kKeys, kTimeout), all(ChunkStatus::kOk, kKeys));
+  EXPECT_EQ(*put_range(*checked_, 0, kKeys, kClusterTimeout), all(ChunkStatus::kOk, kKeys));
 }
 
 }  // namespace

@@ -21,10 +21,17 @@ namespace kvtier {
 namespace {
 
 using namespace std::chrono_literals;
-using namespace tier_test;
 using bench::RedisServerProcess;
+using tier_test::all;
+using tier_test::chunk;
+using tier_test::get_range;
+using tier_test::GetOutcome;
+using tier_test::kChunk;
+using tier_test::key;
+using tier_test::keys;
+using tier_test::put_range;
 
-constexpr Duration kTimeout = 2s;
+constexpr Duration kRedisTimeout = 2s;
 constexpr Duration kReady = 10s;
 
 const KeyNamespace kNamespace{.model = "tiny-llama@1", .layout_fingerprint = 0x1234abcd};
@@ -54,7 +61,7 @@ class RedisTierTest : public ::testing::Test {
   }
   void SetUp() override {
     ASSERT_NE(server_, nullptr);
-    ASSERT_TRUE(server_->command({"FLUSHALL"}, kTimeout));
+    ASSERT_TRUE(server_->command({"FLUSHALL"}, kRedisTimeout));
   }
   static inline testing::TempDir* dir_ = nullptr;
   static inline RedisServerProcess* server_ = nullptr;
@@ -62,8 +69,8 @@ class RedisTierTest : public ::testing::Test {
 
 TEST_F(RedisTierTest, RoundTripsAPipelinedBatch) {
   auto tier = open_tier(server_->url());
-  ASSERT_EQ(put_range(*tier, 0, 64, kTimeout).value(), all(ChunkStatus::kOk, 64));
-  GetOutcome g = get_range(*tier, 0, 64, kTimeout);
+  ASSERT_EQ(put_range(*tier, 0, 64, kRedisTimeout).value(), all(ChunkStatus::kOk, 64));
+  GetOutcome g = get_range(*tier, 0, 64, kRedisTimeout);
   ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
   EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, 64));
   EXPECT_TRUE(g.ok_chunks_intact);
@@ -72,7 +79,7 @@ TEST_F(RedisTierTest, RoundTripsAPipelinedBatch) {
   EXPECT_EQ(c.hits, 64u);
   EXPECT_EQ(c.bytes_read, 64 * kChunk);
   EXPECT_EQ(c.bytes_written, 64 * kChunk);
-  EXPECT_EQ(server_->command({"DBSIZE"}, kTimeout).value(), "64");
+  EXPECT_EQ(server_->command({"DBSIZE"}, kRedisTimeout).value(), "64");
 }
 
 TEST_F(RedisTierTest, RoundTripsChunksOfAnySizeStraightIntoTheirBuffers) {
@@ -83,16 +90,16 @@ TEST_F(RedisTierTest, RoundTripsChunksOfAnySizeStraightIntoTheirBuffers) {
   std::vector<std::vector<std::byte>> chunks;
   for (size_t i = 0; i < sizes.size(); ++i) chunks.push_back(chunk(100 + i, sizes[i]));
   const std::vector<std::span<const std::byte>> in(chunks.begin(), chunks.end());
-  ASSERT_EQ(*tier->put(ks, in, kTimeout), all(ChunkStatus::kOk, sizes.size()));
+  ASSERT_EQ(*tier->put(ks, in, kRedisTimeout), all(ChunkStatus::kOk, sizes.size()));
   std::vector<std::vector<std::byte>> back;
   for (size_t size : sizes) back.emplace_back(size, std::byte{0x5a});
   const std::vector<std::span<std::byte>> out(back.begin(), back.end());
-  ASSERT_EQ(*tier->get(ks, out, kTimeout), all(ChunkStatus::kOk, sizes.size()));
+  ASSERT_EQ(*tier->get(ks, out, kRedisTimeout), all(ChunkStatus::kOk, sizes.size()));
   EXPECT_EQ(back, chunks);
   // A destination of another size than the record's: kCorrupt, never a partial copy served.
   std::vector<std::byte> wrong(4096);
   const std::span<std::byte> wrong_span(wrong);
-  EXPECT_EQ(*tier->get(std::span(&ks[2], 1), std::span(&wrong_span, 1), kTimeout),
+  EXPECT_EQ(*tier->get(std::span(&ks[2], 1), std::span(&wrong_span, 1), kRedisTimeout),
             all(ChunkStatus::kCorrupt, 1));
 }
 
@@ -109,33 +116,33 @@ TEST_F(RedisTierTest, LargeChunksWhoseChecksumsAHelperComputesAheadGoOutWithThei
   for (uint64_t i = 0; i < kCount; ++i) chunks.push_back(chunk(300 + i, kLarge));
   const std::vector<std::span<const std::byte>> in(chunks.begin(), chunks.end());
   for (int round = 0; round < 3; ++round) {
-    ASSERT_EQ(*tier->put(ks, in, kTimeout), all(ChunkStatus::kOk, kCount));
+    ASSERT_EQ(*tier->put(ks, in, kRedisTimeout), all(ChunkStatus::kOk, kCount));
     std::vector<std::vector<std::byte>> back(kCount, std::vector<std::byte>(kLarge));
     const std::vector<std::span<std::byte>> out(back.begin(), back.end());
-    ASSERT_EQ(*tier->get(ks, out, kTimeout), all(ChunkStatus::kOk, kCount)) << round;
+    ASSERT_EQ(*tier->get(ks, out, kRedisTimeout), all(ChunkStatus::kOk, kCount)) << round;
     EXPECT_EQ(back, chunks) << round;
   }
 }
 
 TEST_F(RedisTierTest, MissAndContains) {
   auto tier = open_tier(server_->url());
-  ASSERT_TRUE(put_range(*tier, 0, 2, kTimeout));
-  EXPECT_EQ(*tier->contains(keys(0, 3), kTimeout), (std::vector<bool>{true, true, false}));
-  GetOutcome g = get_range(*tier, 1, 2, kTimeout);
+  ASSERT_TRUE(put_range(*tier, 0, 2, kRedisTimeout));
+  EXPECT_EQ(*tier->contains(keys(0, 3), kRedisTimeout), (std::vector<bool>{true, true, false}));
+  GetOutcome g = get_range(*tier, 1, 2, kRedisTimeout);
   EXPECT_EQ(*g.statuses, (std::vector{ChunkStatus::kOk, ChunkStatus::kMiss}));
   EXPECT_EQ(tier->counters().misses, 1u);
 }
 
 TEST_F(RedisTierTest, KeysAreNamespacedByModelAndLayout) {
   auto tier = open_tier(server_->url());
-  ASSERT_TRUE(put_range(*tier, 0, 3, kTimeout));
+  ASSERT_TRUE(put_range(*tier, 0, 3, kRedisTimeout));
   EXPECT_EQ(redis_key_prefix(kNamespace), "kvtier:tiny-llama@1:000000001234abcd:");
-  EXPECT_EQ(server_->command({"EXISTS", tier->redis_key(key(0))}, kTimeout).value(), "1");
+  EXPECT_EQ(server_->command({"EXISTS", tier->redis_key(key(0))}, kRedisTimeout).value(), "1");
   auto other_layout = open_tier(server_->url(), {.model = "tiny-llama@1", .layout_fingerprint = 7});
   auto other_model =
       open_tier(server_->url(), {.model = "other", .layout_fingerprint = 0x1234abcd});
-  EXPECT_EQ(*other_layout->contains(keys(0, 3), kTimeout), std::vector<bool>(3, false));
-  EXPECT_EQ(*get_range(*other_model, 0, 3, kTimeout).statuses, all(ChunkStatus::kMiss, 3));
+  EXPECT_EQ(*other_layout->contains(keys(0, 3), kRedisTimeout), std::vector<bool>(3, false));
+  EXPECT_EQ(*get_range(*other_model, 0, 3, kRedisTimeout).statuses, all(ChunkStatus::kMiss, 3));
   // A model name never becomes a cluster hash tag.
   EXPECT_EQ(redis_key_prefix({.model = "m{x}", .layout_fingerprint = 1}),
             "kvtier:m_x_:0000000000000001:");
@@ -143,21 +150,22 @@ TEST_F(RedisTierTest, KeysAreNamespacedByModelAndLayout) {
 
 TEST_F(RedisTierTest, FlippedOrTruncatedValueIsAMissNeverServed) {
   auto tier = open_tier(server_->url());
-  ASSERT_TRUE(put_range(*tier, 0, 3, kTimeout));
+  ASSERT_TRUE(put_range(*tier, 0, 3, kRedisTimeout));
   // Byte 100 of key 0's payload flipped in place; key 1 truncated; key 2 holds key 0's record.
   const std::string k0 = tier->redis_key(key(0));
   const std::string offset = std::to_string(kChunkRecordHeaderBytes + 100);
-  const std::string original = server_->command({"GETRANGE", k0, offset, offset}, kTimeout).value();
+  const std::string original =
+      server_->command({"GETRANGE", k0, offset, offset}, kRedisTimeout).value();
   ASSERT_EQ(original.size(), 1u);
   const std::string flipped(1, static_cast<char>(original[0] ^ 0x01));
-  ASSERT_TRUE(server_->command({"SETRANGE", k0, offset, flipped}, kTimeout));
-  ASSERT_TRUE(server_->command({"SET", tier->redis_key(key(1)), "short"}, kTimeout));
-  ASSERT_TRUE(put_range(*tier, 3, 1, kTimeout));  // key 3 intact, copied over key 2 below
+  ASSERT_TRUE(server_->command({"SETRANGE", k0, offset, flipped}, kRedisTimeout));
+  ASSERT_TRUE(server_->command({"SET", tier->redis_key(key(1)), "short"}, kRedisTimeout));
+  ASSERT_TRUE(put_range(*tier, 3, 1, kRedisTimeout));  // key 3 intact, copied over key 2 below
   const std::string k3_record =
-      server_->command({"GET", tier->redis_key(key(3))}, kTimeout).value();
-  ASSERT_TRUE(server_->command({"SET", tier->redis_key(key(2)), k3_record}, kTimeout));
+      server_->command({"GET", tier->redis_key(key(3))}, kRedisTimeout).value();
+  ASSERT_TRUE(server_->command({"SET", tier->redis_key(key(2)), k3_record}, kRedisTimeout));
 
-  GetOutcome g = get_range(*tier, 0, 4, kTimeout);
+  GetOutcome g = get_range(*tier, 0, 4, kRedisTimeout);
   ASSERT_TRUE(g.statuses);
   EXPECT_EQ(*g.statuses, (std::vector{ChunkStatus::kCorrupt, ChunkStatus::kCorrupt,
                                       ChunkStatus::kCorrupt, ChunkStatus::kOk}));
@@ -174,8 +182,8 @@ TEST_F(RedisTierTest, PoolServesConcurrentCallersWithinItsSize) {
     threads.emplace_back([&, t] {
       for (uint64_t round = 0; round < 10; ++round) {
         const uint64_t first = t * 1000 + round * 4;
-        Result<std::vector<ChunkStatus>> put = put_range(*tier, first, 4, kTimeout);
-        GetOutcome g = get_range(*tier, first, 4, kTimeout);
+        Result<std::vector<ChunkStatus>> put = put_range(*tier, first, 4, kRedisTimeout);
+        GetOutcome g = get_range(*tier, first, 4, kRedisTimeout);
         if (!put || *put != all(ChunkStatus::kOk, 4) || !g.statuses ||
             *g.statuses != all(ChunkStatus::kOk, 4) || !g.ok_chunks_intact) {
           ++failures;
@@ -186,7 +194,7 @@ TEST_F(RedisTierTest, PoolServesConcurrentCallersWithinItsSize) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(failures, 0);
   // The tier's connections, plus the one that asks.
-  const std::string info = server_->command({"INFO", "clients"}, kTimeout).value();
+  const std::string info = server_->command({"INFO", "clients"}, kRedisTimeout).value();
   const size_t at = info.find("connected_clients:");
   ASSERT_NE(at, std::string::npos);
   EXPECT_LE(std::stoi(info.substr(at + 18)), 3 + 1) << info;
@@ -210,10 +218,10 @@ TEST(RedisTier, ALargeCallIsSpreadOverThePoolAndEveryReplyFindsItsChunk) {
     even.push_back(key(i));
     even_chunks.emplace_back(chunks[i]);
   }
-  ASSERT_EQ(tier->put(even, even_chunks, kTimeout).value(), all(ChunkStatus::kOk, kCount / 2));
+  ASSERT_EQ(tier->put(even, even_chunks, kRedisTimeout).value(), all(ChunkStatus::kOk, kCount / 2));
   std::vector<std::vector<std::byte>> out(kCount, std::vector<std::byte>(kLarge));
   std::vector<std::span<std::byte>> spans(out.begin(), out.end());
-  Result<std::vector<ChunkStatus>> got = tier->get(keys(0, kCount), spans, kTimeout);
+  Result<std::vector<ChunkStatus>> got = tier->get(keys(0, kCount), spans, kRedisTimeout);
   ASSERT_TRUE(got) << got.error().to_string();
   for (uint64_t i = 0; i < kCount; ++i) {
     if (i % 2 == 0) {
@@ -224,7 +232,7 @@ TEST(RedisTier, ALargeCallIsSpreadOverThePoolAndEveryReplyFindsItsChunk) {
     }
   }
   // The tier's four connections, plus the one that asks.
-  const std::string info = (*server)->command({"INFO", "clients"}, kTimeout).value();
+  const std::string info = (*server)->command({"INFO", "clients"}, kRedisTimeout).value();
   const size_t at = info.find("connected_clients:");
   ASSERT_NE(at, std::string::npos);
   EXPECT_EQ(std::stoi(info.substr(at + 18)), 4 + 1) << info;
@@ -239,9 +247,9 @@ TEST(RedisTier, ChunksRedisEvictsAreMissesNotErrors) {
   ASSERT_TRUE(server) << server.error().to_string();
   HealthCheckedTier tier(open_tier((*server)->url()), {});
   for (uint64_t first = 0; first < 1024; first += 64) {  // 16 MiB through a 4 MiB server
-    ASSERT_EQ(*put_range(tier, first, 64, kTimeout), all(ChunkStatus::kOk, 64));
+    ASSERT_EQ(*put_range(tier, first, 64, kRedisTimeout), all(ChunkStatus::kOk, 64));
   }
-  GetOutcome g = get_range(tier, 0, 1024, kTimeout);
+  GetOutcome g = get_range(tier, 0, 1024, kRedisTimeout);
   ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
   EXPECT_GT(std::ranges::count(*g.statuses, ChunkStatus::kMiss), 512);  // the oldest went
   EXPECT_GT(std::ranges::count(*g.statuses, ChunkStatus::kOk), 0);      // the newest stayed
@@ -333,12 +341,15 @@ TEST(RedisTier, ReadsRepliesThatArriveByteByByte) {
   std::vector<std::byte> back(payload.size());
   const std::span<std::byte> dst(back);
   const ChunkKey k = key(7);
-  EXPECT_EQ(*tier->get(std::span(&k, 1), std::span(&dst, 1), kTimeout), all(ChunkStatus::kOk, 1));
+  EXPECT_EQ(*tier->get(std::span(&k, 1), std::span(&dst, 1), kRedisTimeout),
+            all(ChunkStatus::kOk, 1));
   EXPECT_EQ(back, payload);
-  EXPECT_EQ(*tier->get(std::span(&k, 1), std::span(&dst, 1), kTimeout), all(ChunkStatus::kMiss, 1));
-  EXPECT_EQ(*tier->contains(std::span(&k, 1), kTimeout), std::vector<bool>{true});
+  EXPECT_EQ(*tier->get(std::span(&k, 1), std::span(&dst, 1), kRedisTimeout),
+            all(ChunkStatus::kMiss, 1));
+  EXPECT_EQ(*tier->contains(std::span(&k, 1), kRedisTimeout), std::vector<bool>{true});
   const std::span<const std::byte> in(payload);
-  EXPECT_EQ(*tier->put(std::span(&k, 1), std::span(&in, 1), kTimeout), all(ChunkStatus::kOk, 1));
+  EXPECT_EQ(*tier->put(std::span(&k, 1), std::span(&in, 1), kRedisTimeout),
+            all(ChunkStatus::kOk, 1));
 }
 
 TEST(RedisTier, GarbledRepliesFailTheCallWithAClearError) {
@@ -348,7 +359,8 @@ TEST(RedisTier, GarbledRepliesFailTheCallWithAClearError) {
     std::vector<std::byte> back(16);
     const std::span<std::byte> dst(back);
     const ChunkKey k = key(1);
-    Result<std::vector<ChunkStatus>> r = tier->get(std::span(&k, 1), std::span(&dst, 1), kTimeout);
+    Result<std::vector<ChunkStatus>> r =
+        tier->get(std::span(&k, 1), std::span(&dst, 1), kRedisTimeout);
     ASSERT_FALSE(r) << garbled;
     EXPECT_EQ(r.error().code, ErrorCode::kUnavailable) << garbled;
     EXPECT_NE(r.error().message.find("protocol error"), std::string::npos) << r.error().message;
@@ -375,7 +387,7 @@ TEST(RedisTier, H7_AClusterMasterAnsweringClusterDownIsDownNotAKeyError) {
   const std::vector<ChunkKey> ks = {key(on_a), key(on_b)};
   std::vector<std::byte> x(payload.size()), y(payload.size());
   const std::vector<std::span<std::byte>> dst = {x, y};
-  Result<std::vector<ChunkStatus>> r = tier.get(ks, dst, kTimeout);
+  Result<std::vector<ChunkStatus>> r = tier.get(ks, dst, kRedisTimeout);
   ASSERT_TRUE(r) << r.error().to_string();
   EXPECT_EQ(*r, (std::vector{ChunkStatus::kOk, ChunkStatus::kSkipped}));
   EXPECT_EQ(x, payload);
@@ -411,7 +423,7 @@ TEST(RedisTier, TimeoutBoundsACallToAHungServer) {
   auto server = RedisServerProcess::start({.directory = dir.path()}, kReady);
   ASSERT_TRUE(server) << server.error().to_string();
   auto tier = open_tier((*server)->url());
-  ASSERT_TRUE(put_range(*tier, 0, 1, kTimeout));
+  ASSERT_TRUE(put_range(*tier, 0, 1, kRedisTimeout));
   (*server)->pause();
   const auto t0 = std::chrono::steady_clock::now();
   GetOutcome g = get_range(*tier, 0, 1, 200ms);
@@ -422,7 +434,7 @@ TEST(RedisTier, TimeoutBoundsACallToAHungServer) {
       << g.statuses.error().to_string();
   EXPECT_LT(took, 5s);  // returned: the call did not hang on the stopped server
   // The broken connection was dropped; a fresh one works.
-  EXPECT_EQ(*get_range(*tier, 0, 1, kTimeout).statuses, all(ChunkStatus::kOk, 1));
+  EXPECT_EQ(*get_range(*tier, 0, 1, kRedisTimeout).statuses, all(ChunkStatus::kOk, 1));
 }
 
 TEST(RedisTier, H7_KilledServerGoesDownAndRecoversAfterRestart) {
@@ -433,13 +445,13 @@ TEST(RedisTier, H7_KilledServerGoesDownAndRecoversAfterRestart) {
   HealthCheckedTier tier(
       open_tier((*server)->url()),
       {.probe_initial = 1s, .probe_max = 8s, .probe_timeout = 500ms, .clock = &clock});
-  ASSERT_EQ(*put_range(tier, 0, 4, kTimeout), all(ChunkStatus::kOk, 4));
+  ASSERT_EQ(*put_range(tier, 0, 4, kRedisTimeout), all(ChunkStatus::kOk, 4));
 
   (*server)->kill();
-  GetOutcome g = get_range(tier, 0, 4, kTimeout);
+  GetOutcome g = get_range(tier, 0, 4, kRedisTimeout);
   ASSERT_FALSE(g.statuses);
   EXPECT_EQ(tier.state(), TierState::kDown);
-  EXPECT_FALSE(tier.contains(keys(0, 4), kTimeout));  // skipped, not sent
+  EXPECT_FALSE(tier.contains(keys(0, 4), kRedisTimeout));  // skipped, not sent
   EXPECT_EQ(tier.counters().skipped_calls, 1u);
   clock.advance(1s);
   EXPECT_EQ(tier.probe_if_due(), TierState::kDown);  // still dead: backoff doubles
@@ -449,9 +461,9 @@ TEST(RedisTier, H7_KilledServerGoesDownAndRecoversAfterRestart) {
   clock.advance(2s);
   EXPECT_EQ(tier.probe_if_due(), TierState::kUp);
   // The restarted server lost its data (no persistence): misses, then a fresh round trip.
-  EXPECT_EQ(*get_range(tier, 0, 4, kTimeout).statuses, all(ChunkStatus::kMiss, 4));
-  ASSERT_EQ(*put_range(tier, 0, 4, kTimeout), all(ChunkStatus::kOk, 4));
-  g = get_range(tier, 0, 4, kTimeout);
+  EXPECT_EQ(*get_range(tier, 0, 4, kRedisTimeout).statuses, all(ChunkStatus::kMiss, 4));
+  ASSERT_EQ(*put_range(tier, 0, 4, kRedisTimeout), all(ChunkStatus::kOk, 4));
+  g = get_range(tier, 0, 4, kRedisTimeout);
   EXPECT_EQ(*g.statuses, all(ChunkStatus::kOk, 4));
   EXPECT_TRUE(g.ok_chunks_intact);
 }

@@ -68,6 +68,8 @@ struct KvLayout {
 
   // Largest chunk of any group: the host slot size.
   size_t max_chunk_bytes() const;
+  // Most blocks in one chunk of any group (at least 1).
+  uint32_t max_blocks_per_chunk() const;
   // Hash of every field: part of each ChunkKey's namespace, so differently shaped KV never
   // shares keys.
   uint64_t fingerprint() const;

@@ -7,12 +7,6 @@
 namespace kvtier {
 namespace {
 
-uint32_t max_blocks_per_chunk(const KvLayout& layout) {
-  uint32_t n = 1;
-  for (const KvGroup& g : layout.groups) n = std::max(n, g.blocks_per_chunk);
-  return n;
-}
-
 bool ready(const std::future<Result<server::LookupReply>>& f) {
   return f.wait_for(Duration::zero()) == std::future_status::ready;
 }
@@ -28,7 +22,7 @@ RemoteCacheIndex::RemoteCacheIndex(const Config& config, const KvLayout& layout,
       lock_for_(seconds_to_duration(config.transfer.transfer_deadline_s +
                                     config.transfer.completion_margin_s)),
       request_timeout_(seconds_to_duration(config.server.request_timeout_s)),
-      arena_(layout, max_blocks_per_chunk(layout), "core"),
+      arena_(layout, layout.max_blocks_per_chunk(), "core"),
       // rank = world_size: not a model rank (the server only records it).
       client_(std::make_unique<server::CacheClient>(server::ClientOptions::from_config(config),
                                                     arena_.registration(world_size))) {

@@ -11,12 +11,6 @@ namespace {
 
 constexpr uint32_t kScratchChunks = 8;  // per group: loads starting inside a chunk at once
 
-uint32_t max_blocks_per_chunk(const KvLayout& layout) {
-  uint32_t n = 1;
-  for (const KvGroup& g : layout.groups) n = std::max(n, g.blocks_per_chunk);
-  return n;
-}
-
 }  // namespace
 
 RemoteWorkerConnector::RemoteWorkerConnector(uint32_t rank, const KvLayout& layout,
@@ -29,7 +23,7 @@ RemoteWorkerConnector::RemoteWorkerConnector(uint32_t rank, const KvLayout& layo
       loads_end_in_step_(config.connector.load_in_step),
       while_waiting_(std::move(while_waiting)),
       wait_tick_(seconds_to_duration(config.engine.heartbeat_interval_s)) {
-  const uint32_t blocks = device_blocks + kScratchChunks * max_blocks_per_chunk(layout);
+  const uint32_t blocks = device_blocks + kScratchChunks * layout.max_blocks_per_chunk();
   arena_ = std::make_unique<SharedKvArena>(layout, blocks, "rank" + std::to_string(rank));
   caches_ = arena_->addresses(device_blocks);
   all_ = arena_->addresses(blocks);
