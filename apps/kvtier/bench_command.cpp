@@ -191,6 +191,10 @@ Action add_bench_command(CLI::App& app) {
                    "Measurements per side; best kept (default 3)")
       ->check(CLI::Range(1, 100));
   server
+      ->add_option("--lookups", server_options->lookups,
+                   "Keys looked up per lookup measurement (default 200000)")
+      ->check(CLI::Range(1000, 100000000));
+  server
       ->add_option("--copy-threads", server_options->copy_threads,
                    "kvtierd's server.copy_threads, and the memcpy limit's threads (default 0: "
                    "kvtierd's default, half the CPU cores, from 1 to 4)")
