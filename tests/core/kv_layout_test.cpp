@@ -46,6 +46,17 @@ TEST(KvLayout, ByteSizes) {
   EXPECT_EQ(layout.max_chunk_bytes(), 2 * Group().chunk_bytes());
 }
 
+TEST(KvLayout, MaxBlocksPerChunkIsTheLargestGroupsAndAtLeastOne) {
+  EXPECT_EQ(KvLayout{}.max_blocks_per_chunk(), 1u);
+  KvLayout layout = Layout();
+  EXPECT_EQ(layout.max_blocks_per_chunk(), 16u);
+  KvGroup longer = Group();
+  longer.blocks_per_chunk = 64;
+  layout.groups.push_back(longer);
+  layout.groups.push_back(Group());
+  EXPECT_EQ(layout.max_blocks_per_chunk(), 64u);
+}
+
 TEST(KvLayout, ValidLayoutValidates) {
   EXPECT_TRUE(Layout().validate());
   KvLayout two = Layout();
