@@ -64,7 +64,11 @@ struct Activations {
 
 }  // namespace forward_internal
 
-using namespace forward_internal;
+using forward_internal::Activations;
+using forward_internal::RankSlice;
+using forward_internal::rope_tables;
+using forward_internal::Segment;
+using forward_internal::slice_of;
 
 TinyModel::TinyModel(const ModelConfig& config, uint32_t rank, uint32_t world_size)
     : config_(config), rank_(rank), world_size_(world_size) {
