@@ -21,6 +21,7 @@
 #include "kvtier/tier/chunk_record.h"
 #include "kvtier/tier/disk_tier.h"
 #include "kvtier/tier/redis_tier.h"
+#include "progress.h"
 #include "redis_process.h"
 
 namespace kvtier::bench {
@@ -31,6 +32,14 @@ constexpr Duration kCallTimeout = std::chrono::seconds(30);
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// "tiers: disk, 256 KiB chunks, round 2 of 3": what the run measures now.
+std::string step(const char* tier, size_t chunk_bytes, const std::string& what, int round,
+                 int rounds) {
+  return std::string("tiers: ") + tier + ", " + std::to_string(chunk_bytes >> 10) +
+         " KiB chunks, " + what + "round " + std::to_string(round + 1) + " of " +
+         std::to_string(rounds);
 }
 
 // Chunks in one host pool (the real HostPool, on the host device), as the tier mover's fills
@@ -374,7 +383,7 @@ struct TempDirectory {
   }
 };
 
-void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
+void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt, Progress& progress) {
   const std::filesystem::path parent =
       o.disk_dir.empty() ? std::filesystem::temp_directory_path() : o.disk_dir;
   for (size_t chunk_bytes : o.chunk_bytes) {
@@ -389,6 +398,7 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
     std::string io;
     bool raw_uring = true;
     for (int r = 0; r < o.repeat; ++r) {
+      progress.show(step("disk", chunk_bytes, "", r, o.repeat));
       TempDirectory dir(parent);
       Workload w(chunk_bytes, count, ++salt);
       auto tier =
@@ -520,7 +530,7 @@ void bench_disk(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
   }
 }
 
-void bench_redis(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
+void bench_redis(const TierBenchOptions& o, std::ostream& out, uint64_t& salt, Progress& progress) {
   std::unique_ptr<TempDirectory> server_dir;
   std::unique_ptr<RedisServerProcess> server;
   std::string url = o.redis_url;
@@ -583,6 +593,7 @@ void bench_redis(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
     };
     std::vector<double> shape_set(shapes.size(), 1e30), shape_get(shapes.size(), 1e30);
     for (int r = 0; r < o.repeat; ++r) {
+      progress.show(step("redis", chunk_bytes, "baseline shapes and tier, ", r, o.repeat));
       for (size_t s = 0; s < shapes.size(); ++s) {
         shape_set[s] = std::min(shape_set[s], raw_set(raw, shapes[s], names, w));
         shape_get[s] = std::min(shape_get[s], raw_get(raw, shapes[s], names, w));
@@ -599,6 +610,7 @@ void bench_redis(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
     // tier.
     double set = shape_set[set_best], raw_get_s = shape_get[get_best];
     for (int r = 0; r < o.repeat; ++r) {
+      progress.show(step("redis", chunk_bytes, "best shape against tier, ", r, o.repeat));
       const auto baseline = [&] {
         set = std::min(set, raw_set(raw, set_shape, names, w));
         raw_get_s = std::min(raw_get_s, raw_get(raw, get_shape, names, w));
@@ -637,9 +649,10 @@ void bench_redis(const TierBenchOptions& o, std::ostream& out, uint64_t& salt) {
 int run_tier_bench(const TierBenchOptions& o, std::ostream& out) {
   if (!o.json) out << "each tier vs its raw baseline, same bytes, side by side\n";
   uint64_t salt = 0;
+  Progress progress;
   try {
-    bench_disk(o, out, salt);
-    if (!o.skip_redis) bench_redis(o, out, salt);
+    bench_disk(o, out, salt, progress);
+    if (!o.skip_redis) bench_redis(o, out, salt, progress);
   } catch (const std::exception& e) {
     std::cerr << "kvtier bench tiers: " << e.what() << "\n";
     return 1;

@@ -3,12 +3,9 @@
 // Scenario's requests `concurrency` at a time and measures each (run_cell).
 #pragma once
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,6 +13,7 @@
 #include <vector>
 
 #include "kvtierd_instance.h"
+#include "progress.h"
 #include "serve_instance.h"
 #include "workload_scenarios.h"
 
@@ -94,30 +92,5 @@ struct CellRun {
 
 // Sends the scenario's requests `concurrency` at a time, each after the one it must follow.
 CellRun run_cell(const ModeServer& server, const Scenario& scenario, size_t concurrency);
-
-// A line on stderr naming what runs now: rewritten in place on a terminal, one line each
-// otherwise (a log keeps them all).
-class Progress {
- public:
-  Progress() : tty_(isatty(STDERR_FILENO) == 1) {}
-  ~Progress() {
-    if (tty_ && shown_) std::cerr << "\n";
-  }
-  void show(const std::string& line) {
-    if (tty_) {
-      std::cerr << "\r" << line << std::string(line.size() < width_ ? width_ - line.size() : 0, ' ')
-                << std::flush;
-      width_ = line.size();
-    } else {
-      std::cerr << line << "\n";
-    }
-    shown_ = true;
-  }
-
- private:
-  bool tty_;
-  bool shown_ = false;
-  size_t width_ = 0;
-};
 
 }  // namespace kvtier::bench
