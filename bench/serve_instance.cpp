@@ -77,7 +77,10 @@ void ServeInstance::wait_ready(std::chrono::milliseconds ready_timeout) {
       port_ = std::stoi(m[2]);
       break;
     }
-    if (process_.poll_exit()) throw std::runtime_error("kvtier serve exited: " + text);
+    if (const auto& how = process_.poll_exit()) {
+      throw std::runtime_error("kvtier serve " + *how + " before it served; its output: " +
+                               (text.empty() ? "(none)" : text));
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // waiting for a process start
   }
   if (port_ == 0) throw std::runtime_error("kvtier serve did not print its port: " + log_tail());
