@@ -198,8 +198,8 @@ size_t TierMover::lower_hits(std::span<const ChunkKey> keys, size_t from) {
 
 // ---- read-through ----
 
-bool TierMover::read_through(std::span<const ChunkKey> keys, size_t host_hits) {
-  return read_through_start(keys, host_hits, read_through_lower(keys, host_hits));
+bool TierMover::read_through(std::span<const ChunkKey> keys, size_t host_hits, OwnerId owner) {
+  return read_through_start(keys, host_hits, read_through_lower(keys, host_hits), owner);
 }
 
 size_t TierMover::read_through_lower(std::span<const ChunkKey> keys, size_t host_hits) {
@@ -208,21 +208,22 @@ size_t TierMover::read_through_lower(std::span<const ChunkKey> keys, size_t host
   return lower_hits(keys, host_hits);
 }
 
-bool TierMover::read_through_start(std::span<const ChunkKey> keys, size_t host_hits, size_t lower) {
+bool TierMover::read_through_start(std::span<const ChunkKey> keys, size_t host_hits, size_t lower,
+                                   OwnerId owner) {
   if (lower == 0) return false;
   // prepare_store evicts ready keys not among those it stores: make the host hits the most
   // recently used first.
   cache_.touch(keys.first(host_hits));
   const std::span<const ChunkKey> fetch = keys.subspan(host_hits, lower);
-  if (prefetch(fetch) == 0) return false;
+  if (prefetch(fetch, owner) == 0) return false;
   if (prefetch_tried_.size() + fetch.size() > cache_.num_slots() * 4) prefetch_tried_.clear();
   prefetch_tried_.insert(fetch.begin(), fetch.end());
   return true;
 }
 
-size_t TierMover::prefetch(std::span<const ChunkKey> keys) {
+size_t TierMover::prefetch(std::span<const ChunkKey> keys, OwnerId owner) {
   if (tiers_.empty() || keys.empty()) return 0;
-  std::optional<StorePlan> plan = cache_.prepare_store(keys);
+  std::expected<StorePlan, StoreRefusal> plan = cache_.prepare_store_for(owner, keys);
   if (!plan) {
     std::lock_guard lock(mutex_);
     ++counters_.prefetch_rejected;

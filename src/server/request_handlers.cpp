@@ -174,13 +174,14 @@ void CacheService::handle_lookup(const std::string& client, TenantId tenant, con
     answer = lookup_locked(client, tenant, LookupQuery::of(r));
   }
   // Read-through, after the hits are locked (a prefetch's slots are never taken from them):
-  // keys a lower tier holds become pending, never hits, until poll_tiers() publishes them. The
-  // tiers are asked without state_mu_ (that waits); meanwhile only LOOKUPs run on the socket
-  // loop, which neither store nor evict, so their answer still holds when the prefetch starts.
+  // keys a lower tier holds become pending, never hits, until poll_tiers() publishes them. Their
+  // slots are charged to the asking tenant, within its quotas, as its STOREs' are. The tiers are
+  // asked without state_mu_ (that waits); meanwhile only LOOKUPs run on the socket loop, which
+  // neither store nor evict, so their answer still holds when the prefetch starts.
   if (!answer.error && mover_ && !answer.pending && answer.hits < r.keys.size()) {
     const size_t lower = mover_->read_through_lower(r.keys, answer.hits);
     std::lock_guard state(state_mu_);
-    answer.pending = mover_->read_through_start(r.keys, answer.hits, lower);
+    answer.pending = mover_->read_through_start(r.keys, answer.hits, lower, tenant);
   }
   send(client, answer.reply(r.id));
 }

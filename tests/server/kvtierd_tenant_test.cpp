@@ -19,6 +19,7 @@
 #include "raw_peer.h"
 #include "server_test_util.h"
 #include "shared_kv_region.h"
+#include "support/temp_dir.h"
 
 namespace kvtier::testing {
 namespace {
@@ -191,6 +192,27 @@ TEST_F(KvtierdTenantTest, QuotasHoldUnderEvictionPressure) {
   EXPECT_EQ(hits(*bob, test_keys(1000, 16)), 16u);
   EXPECT_EQ(stat(*bob, "tenant_slots"), 16u);
   EXPECT_EQ(stat(*carol, "cache_audit_ok"), 1u);
+}
+
+TEST_F(KvtierdTenantTest, ReadThroughIsChargedToTheAskingTenantWithinItsQuota) {
+  TempDir disk;
+  start({"tiers.disk_path=" + disk.path().string(), "tiers.write_policy=on_evict"});
+  SharedKvRegion a_region;
+  auto alice = connect("alice", a_region);
+  // alice's max_slots (8): four more chunks evict her four oldest, down to the disk.
+  ASSERT_NO_FATAL_FAILURE(flood(*alice, a_region, 2000, 8));
+  ASSERT_NO_FATAL_FAILURE(flood(*alice, a_region, 2008, 4));
+  ASSERT_TRUE(eventually([&] { return stat(*alice, "tier_chunks_demoted") >= 4; }));
+  // Her LOOKUP brings them up from the disk as her chunks: they evict her oldest others, and
+  // the cache never holds more of hers than max_slots (charged to no one, they would not count).
+  const auto demoted = test_keys(2000, 4);
+  ASSERT_TRUE(eventually([&] {
+    auto found = alice->lookup(demoted).get();
+    return found && found->hits == 4 && !found->pending;
+  }));
+  EXPECT_EQ(stat(*alice, "tenant_slots"), 8u);
+  EXPECT_EQ(stat(*alice, "slots_ready"), 8u);
+  EXPECT_EQ(stat(*alice, "cache_audit_ok"), 1u);
 }
 
 TEST_F(KvtierdTenantTest, LockAndTransferQuotasAreQuotaExceeded) {

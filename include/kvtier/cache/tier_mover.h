@@ -148,18 +148,23 @@ class TierMover {
   // After a host lookup of `keys` whose ready prefix is keys[0, host_hits) and whose first miss
   // is not pending: prefetches the keys after the prefix that the tiers hold (making the host
   // hits the most recently used first, so the prefetch does not evict them). True when some
-  // are now pending. Synchronous: waits at most each UP tier's timeout.
-  bool read_through(std::span<const ChunkKey> keys, size_t host_hits);
+  // are now pending. Synchronous: waits at most each UP tier's timeout. The prefetched keys are
+  // charged to `owner` (CacheManager's owners: its max_slots bounds them, and they evict as its
+  // stores may).
+  bool read_through(std::span<const ChunkKey> keys, size_t host_hits,
+                    OwnerId owner = kDefaultOwner);
   // read_through in two steps, for an owner that guards its CacheManager with a lock it must not
   // hold while the tiers are asked: read_through_lower asks them (how many keys after the prefix
   // to fetch; it does not touch the CacheManager), read_through_start then starts the prefetch
   // with that answer (it does). Nothing may store or evict in between.
   size_t read_through_lower(std::span<const ChunkKey> keys, size_t host_hits);
-  bool read_through_start(std::span<const ChunkKey> keys, size_t host_hits, size_t lower);
+  bool read_through_start(std::span<const ChunkKey> keys, size_t host_hits, size_t lower,
+                          OwnerId owner = kDefaultOwner);
 
-  // Reserves slots for the keys absent from the host cache and starts filling them. Returns
-  // how many keys are now pending; 0 also when prepare_store found no room.
-  size_t prefetch(std::span<const ChunkKey> keys);
+  // Reserves slots for the keys absent from the host cache, charged to `owner`
+  // (prepare_store_for), and starts filling them. Returns how many keys are now pending; 0 also
+  // when the store was refused (no room, or the owner's quota).
+  size_t prefetch(std::span<const ChunkKey> keys, OwnerId owner = kDefaultOwner);
   // Completes finished prefetches (complete_store). Returns the number of keys completed.
   size_t poll();
 
