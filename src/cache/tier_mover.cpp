@@ -251,13 +251,13 @@ void TierMover::prefetch_loop() {
       std::unique_lock lock(mutex_);
       work_cv_.wait(lock, [&] { return stopping_ || !prefetch_queue_.empty(); });
       if (stopping_) return;
-      // The queued jobs at once, up to kPrefetchBatchBytes (at least one): their reads are in
+      // The queued jobs at once, up to prefetch_batch_bytes (at least one): their reads are in
       // flight together (requests that arrived in one step each queued one), not one job's
-      // after another's, and one tier call stays well inside its timeout.
+      // after another's.
       size_t bytes = 0;
       while (!prefetch_queue_.empty() &&
-             (jobs.empty() ||
-              bytes + prefetch_queue_.front().keys.size() * chunk_bytes() <= kPrefetchBatchBytes)) {
+             (jobs.empty() || bytes + prefetch_queue_.front().keys.size() * chunk_bytes() <=
+                                  options_.prefetch_batch_bytes)) {
         bytes += prefetch_queue_.front().keys.size() * chunk_bytes();
         jobs.push_back(std::move(prefetch_queue_.front()));
         prefetch_queue_.pop_front();
@@ -275,23 +275,30 @@ void TierMover::prefetch_loop() {
 }
 
 void TierMover::fill(std::vector<PrefetchJob>& jobs) {
-  // One pool: the tiers read straight into the slots. Several: into staging memory, and a
-  // verified chunk is split into its pools' slots.
-  const size_t slot_bytes = cache_.slot_bytes();
-  struct Chunk {
-    PrefetchJob* job;
-    size_t index;  // in job->keys
-  };
-  std::vector<Chunk> chunks;
+  std::vector<PrefetchChunk> chunks;
   for (PrefetchJob& job : jobs) {
     for (size_t i = 0; i < job.keys.size(); ++i) chunks.push_back({&job, i});
   }
-  std::vector<std::byte> staging(pools_.size() > 1 ? chunks.size() * chunk_bytes() : 0);
+  // In batches of prefetch_batch_bytes: however long the read-through (a job is as long as a
+  // request's missing prefix), one tier call stays well inside its timeout, and staging memory
+  // (several pools) stays one batch.
+  const size_t batch = std::max<size_t>(1, options_.prefetch_batch_bytes / chunk_bytes());
+  std::vector<std::byte> staging(pools_.size() > 1 ? std::min(batch, chunks.size()) * chunk_bytes()
+                                                   : 0);
+  for (size_t begin = 0; begin < chunks.size(); begin += batch) {
+    fill_batch(std::span(chunks).subspan(begin, std::min(batch, chunks.size() - begin)), staging);
+  }
+}
+
+void TierMover::fill_batch(std::span<const PrefetchChunk> chunks, std::span<std::byte> staging) {
+  // One pool: the tiers read straight into the slots. Several: into staging memory, and a
+  // verified chunk is split into its pools' slots.
+  const size_t slot_bytes = cache_.slot_bytes();
   auto chunk_of = [&](size_t c) -> std::span<std::byte> {
     if (pools_.size() == 1) {
       return {pools_[0]->slot_ptr(chunks[c].job->slots[chunks[c].index]), slot_bytes};
     }
-    return std::span(staging).subspan(c * chunk_bytes(), chunk_bytes());
+    return staging.subspan(c * chunk_bytes(), chunk_bytes());
   };
   auto filled = [&](size_t c) { return chunks[c].job->filled[chunks[c].index]; };
   for (MoverTier& t : tiers_) {

@@ -372,6 +372,39 @@ TEST(TierMover, ChunkOfSeveralPoolsIsEveryPoolsShareInOrder) {
   cache_test::expect_conserved(*cache);
 }
 
+// A read-through as long as a request's missing prefix is read in calls of
+// prefetch_batch_bytes: each stays inside the tier's timeout, and a chunk of several pools is
+// staged one batch at a time, not all of them at once.
+TEST(TierMover, ALongReadThroughIsReadInBatchesIntoEveryPool) {
+  HostDevice device;
+  std::vector<std::unique_ptr<HostPool>> pools;
+  for (int r = 0; r < 2; ++r)
+    pools.push_back(std::move(HostPool::create(device, kSlotBytes, 8).value()));
+  auto cache = cache_test::make_manager(8);
+  FakeTier* fake = nullptr;
+  auto mover = std::make_unique<TierMover>(
+      *cache, std::vector<const HostPool*>{pools[0].get(), pools[1].get()},
+      fakes({{&fake, "fake"}}), TierMoverOptions{.prefetch_batch_bytes = 3 * 2 * kSlotBytes});
+  for (uint64_t id = 0; id < 8; ++id) {
+    std::vector<std::byte> whole = pattern(100 + id);
+    const std::vector<std::byte> second = pattern(200 + id);
+    whole.insert(whole.end(), second.begin(), second.end());
+    fake->insert(key(id), whole);
+  }
+  ASSERT_EQ(mover->prefetch(key_range(0, 8)), 8u);
+  ASSERT_TRUE(mover->wait_idle(kIdle));
+  EXPECT_EQ(mover->poll(), 8u);
+  EXPECT_EQ(fake->get_sizes(), (std::vector<size_t>{3, 3, 2}));
+  for (uint64_t id = 0; id < 8; ++id) {
+    const std::optional<SlotId> slot = cache->ready_slot(key(id));
+    ASSERT_TRUE(slot) << id;
+    EXPECT_TRUE(has_pattern(pools[0]->slot_ptr(*slot), kSlotBytes, 100 + id)) << id;
+    EXPECT_TRUE(has_pattern(pools[1]->slot_ptr(*slot), kSlotBytes, 200 + id)) << id;
+  }
+  mover.reset();
+  cache_test::expect_conserved(*cache);
+}
+
 TEST(TierMover, F3_ReadThroughFetchesWhatATierHoldsAndNeverRetriesAFailedKey) {
   FakeTier* fake = nullptr;
   std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});

@@ -26,8 +26,8 @@
 // prefetch failed is not fetched again until the host pool stores it. prefetch(keys) reserves host
 // slots with prepare_store, so the keys are pending in the CacheManager (a lookup says "ask again
 // later"), and a background thread fills each slot from the first tier that returns a verified
-// chunk; the prefetches queued while it reads are read next, together in one call per tier
-// (up to kPrefetchBatchBytes), so that the requests of one step wait for one read. poll() then
+// chunk; the prefetches queued while it reads are read next, together (calls of up to
+// prefetch_batch_bytes per tier), so that the requests of one step wait for one read. poll() then
 // completes the store: kSucceeded for filled keys, kFailed for keys no tier could serve intact
 // (missing, corrupt, tier down): F3, such a slot is freed and never published.
 //
@@ -82,6 +82,10 @@ struct TierMoverOptions {
   size_t write_queue_chunks = 256;
   WritePolicy write_policy = WritePolicy::kOnStore;
   size_t write_batch_chunks = 16;  // chunks per put call, at most
+  // Bytes per get call, at most (at least one chunk): a read-through of more is read in calls of
+  // this many, each well inside the tier's timeout, and a chunk of several pools is read into
+  // staging memory of this size, not of the whole read-through.
+  size_t prefetch_batch_bytes = size_t{64} << 20;
   Duration health_tick = std::chrono::milliseconds(100);
 };
 
@@ -190,14 +194,17 @@ class TierMover {
     std::vector<bool> filled;
   };
 
-  static constexpr size_t kPrefetchBatchBytes = size_t{64} << 20;  // one fill's reads at most
-
   size_t chunk_bytes() const { return cache_.slot_bytes() * pools_.size(); }
   bool enqueue_write(const ChunkKey& key, SlotId slot);
   void writer_loop();
   void write_batch(std::vector<WriteEntry>& batch);
   void prefetch_loop();
+  struct PrefetchChunk {
+    PrefetchJob* job;
+    size_t index;  // in job->keys
+  };
   void fill(std::vector<PrefetchJob>& jobs);
+  void fill_batch(std::span<const PrefetchChunk> chunks, std::span<std::byte> staging);
   void complete(PrefetchJob& job);
   bool idle_locked() const;
 
