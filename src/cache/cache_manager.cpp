@@ -312,7 +312,12 @@ void CacheManager::publish_events(KvEventPublisher* publisher, std::string mediu
   block_size_ = block_size;
 }
 
-// The one place the ready keys' changes are reported: to take_events() and to the publisher.
+void CacheManager::set_event_listener(std::function<void(const CacheEvent&)> listener) {
+  listener_ = std::move(listener);
+}
+
+// The one place the ready keys' changes are reported: to the publisher, the listener and
+// take_events().
 void CacheManager::emit(CacheEvent event) {
   if (publisher_) {
     if (event.kind == CacheEventKind::kStored) {
@@ -321,11 +326,22 @@ void CacheManager::emit(CacheEvent event) {
       publisher_->removed(medium_, event.keys);
     }
   }
+  if (listener_) listener_(event);
+  waiting_event_keys_ += event.keys.size();
   events_.push_back(std::move(event));
+  while (waiting_event_keys_ > max_waiting_event_keys() && events_.size() > 1) {
+    waiting_event_keys_ -= events_.front().keys.size();
+    events_.pop_front();
+    ++stats_.events_dropped;
+  }
 }
 
 std::vector<CacheEvent> CacheManager::take_events() {
-  return std::exchange(events_, {});
+  std::vector<CacheEvent> events(std::make_move_iterator(events_.begin()),
+                                 std::make_move_iterator(events_.end()));
+  events_.clear();
+  waiting_event_keys_ = 0;
+  return events;
 }
 
 }  // namespace kvtier

@@ -59,9 +59,12 @@ TierMover::TierMover(CacheManager& cache, std::vector<const HostPool*> pools,
   }
   writer_ = std::thread([this] { writer_loop(); });
   prefetcher_ = std::thread([this] { prefetch_loop(); });
+  // Last: nothing above may throw once the cache calls this mover.
+  cache_.set_event_listener([this](const CacheEvent& event) { on_cache_event(event); });
 }
 
 TierMover::~TierMover() {
+  cache_.set_event_listener({});
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -106,19 +109,17 @@ bool TierMover::enqueue_write(const ChunkKey& key, SlotId slot) {
   return true;
 }
 
-void TierMover::on_cache_events(std::span<const CacheEvent> events) {
-  for (const CacheEvent& event : events) {
-    if (event.kind != CacheEventKind::kStored) continue;
-    for (const ChunkKey& key : event.keys) {
-      prefetch_tried_.erase(key);              // ready again: may be fetched after a later eviction
-      if (promoted_.erase(key) > 0) continue;  // came from a tier
-      if (options_.write_policy != WritePolicy::kOnStore || tiers_.empty()) continue;
-      if (std::optional<SlotId> slot = cache_.ready_slot(key)) {
-        enqueue_write(key, *slot);
-      } else {
-        std::lock_guard lock(mutex_);
-        ++counters_.writes_missed;
-      }
+void TierMover::on_cache_event(const CacheEvent& event) {
+  if (event.kind != CacheEventKind::kStored) return;
+  for (const ChunkKey& key : event.keys) {
+    prefetch_tried_.erase(key);              // ready again: may be fetched after a later eviction
+    if (promoted_.erase(key) > 0) continue;  // came from a tier
+    if (options_.write_policy != WritePolicy::kOnStore || tiers_.empty()) continue;
+    if (std::optional<SlotId> slot = cache_.ready_slot(key)) {
+      enqueue_write(key, *slot);
+    } else {
+      std::lock_guard lock(mutex_);
+      ++counters_.writes_missed;
     }
   }
 }

@@ -24,10 +24,8 @@ Result<std::vector<SlotId>> TieredCacheIndex::prepare_load(std::span<const Chunk
 }
 
 std::vector<CacheEvent> TieredCacheIndex::take_events() {
-  std::vector<CacheEvent> events = cache_.take_events();
-  mover_.on_cache_events(events);  // write-behind (on_store)
-  mover_.poll();
-  return events;
+  mover_.poll();  // the engine's step: finished prefetches are published
+  return cache_.take_events();
 }
 
 std::optional<std::string> TieredCacheIndex::degraded() const {

@@ -235,11 +235,10 @@ std::vector<std::string> CacheService::degraded_tiers() const {
 
 void CacheService::poll_tiers() {
   std::unique_lock state(state_mu_);
-  const std::vector<CacheEvent> events = cache_.take_events();
-  // Without tiers no one mirrors kvtierd's contents through events (STATS reports counts):
-  // they are dropped rather than left to pile up for the life of the server.
+  // No one mirrors kvtierd's contents through events (STATS reports counts; the mover hears of
+  // stores as they happen): they are dropped rather than left waiting.
+  static_cast<void>(cache_.take_events());
   if (!mover_) return;
-  mover_->on_cache_events(events);          // write-behind (on_store): reads ready slots
   const size_t completed = mover_->poll();  // publishes prefetched keys
   state.unlock();
   if (completed > 0) counters_["tier_prefetches_completed"] += completed;

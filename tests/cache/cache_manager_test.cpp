@@ -83,6 +83,40 @@ TEST(CacheManager, EvictsLeastRecentReadyKeysToMakeRoom) {
   expect_conserved(*m);
 }
 
+// An engine that never takes the events (it does not mirror the cache) must not make them pile
+// up for the life of the process: the newest are kept, the oldest dropped and counted.
+TEST(CacheManager, EventsNobodyTakesAreBoundedAndTheNewestKept) {
+  auto m = make_manager(2);
+  for (uint64_t id = 0; id < 100; ++id) store(*m, keys({id}));  // each store evicts one
+  const auto events = m->take_events();
+  size_t waiting_keys = 0;
+  for (const CacheEvent& e : events) waiting_keys += e.keys.size();
+  EXPECT_LE(waiting_keys, m->max_waiting_event_keys());
+  EXPECT_EQ(m->counters().events_dropped, 198u - events.size());  // 100 stored, 98 removed
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back(), (CacheEvent{CacheEventKind::kStored, keys({99})}));
+  EXPECT_TRUE(m->take_events().empty());
+  expect_conserved(*m);
+}
+
+// The listener hears every event as it happens, after the change (a stored key is ready).
+TEST(CacheManager, TheEventListenerHearsEachChangeAfterItIsMade) {
+  auto m = make_manager(1);
+  std::vector<CacheEvent> heard;
+  bool ready_when_heard = false;
+  m->set_event_listener([&](const CacheEvent& e) {
+    heard.push_back(e);
+    if (e.kind == CacheEventKind::kStored) ready_when_heard = m->ready_slot(e.keys[0]).has_value();
+  });
+  store(*m, keys({1}));
+  store(*m, keys({2}));  // evicts 1
+  EXPECT_TRUE(ready_when_heard);
+  EXPECT_EQ(heard, m->take_events());  // the same events, in the same order
+  m->set_event_listener({});
+  store(*m, keys({3}));
+  EXPECT_EQ(heard.size(), 3u);
+}
+
 TEST(CacheManager, PlanNamesTheSlotsEvictedKeysHeld) {
   auto m = make_manager(2);
   const StorePlan first = store(*m, keys({1, 2}));

@@ -63,8 +63,8 @@ struct Rig {
     cache_test::expect_conserved(*cache);  // F12 after every test
   }
 
-  // Stores chunk `id` (pattern seed id) in the host cache as the engine would, and hands the
-  // cache's events to the mover.
+  // Stores chunk `id` (pattern seed id) in the host cache as the engine would; the cache tells
+  // the mover as it publishes it.
   void store(std::initializer_list<uint64_t> ids) {
     for (uint64_t id : ids) {
       std::optional<StorePlan> plan = cache->prepare_store(std::vector{key(id)});
@@ -73,7 +73,6 @@ struct Rig {
       for (SlotId slot : plan->slots) fill_pattern(pool->slot_ptr(slot), kSlotBytes, id);
       cache->complete_store(plan->keys, Verdict::kSucceeded);
     }
-    mover->on_cache_events(cache->take_events());
   }
   bool host_has_pattern(uint64_t id) {
     std::optional<SlotId> slot = cache->ready_slot(key(id));
@@ -264,7 +263,6 @@ TEST(TierMover, PrefetchMakesKeysPendingThenPublishesThem) {
   EXPECT_EQ(rig.cache->lookup(keys).hit_chunks, 4u);
   for (uint64_t id = 0; id < 4; ++id) EXPECT_TRUE(rig.host_has_pattern(id)) << id;
   // Chunks that came from a tier are not written down again.
-  rig.mover->on_cache_events(rig.cache->take_events());
   EXPECT_EQ(rig.mover->counters().writes_enqueued, 0u);
   EXPECT_EQ(rig.mover->counters().prefetch_succeeded, 4u);
 }
@@ -348,7 +346,6 @@ TEST(TierMover, ChunkOfSeveralPoolsIsEveryPoolsShareInOrder) {
   for (size_t r = 0; r < 3; ++r)
     fill_pattern(pools[r]->slot_ptr(plan->slots[0]), kSlotBytes, 10 + r);
   cache->complete_store(plan->keys, Verdict::kSucceeded);
-  mover->on_cache_events(cache->take_events());
   ASSERT_TRUE(mover->wait_idle(kIdle));
   ASSERT_TRUE(fake->holds(key(1)));
   std::vector<std::byte> whole;

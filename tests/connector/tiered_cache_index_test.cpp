@@ -44,5 +44,29 @@ TEST(TieredCacheIndex, LookupAheadBringsUpWhatATierHoldsBeforeTheLookupAsks) {
   EXPECT_EQ(mover.counters().prefetch_succeeded, 3u);
 }
 
+// Write-behind (on_store) goes with the store's publication: an engine that never takes the
+// cache's events (it does not mirror the cache) still has its chunks written down.
+TEST(TieredCacheIndex, StoredChunksGoDownWithoutTheEngineTakingEvents) {
+  HostDevice device;
+  auto pool = std::move(HostPool::create(device, kSlotBytes, 8).value());
+  auto cache = cache_test::make_manager(8);
+  auto fake = std::make_unique<FakeTier>("fake");
+  FakeTier& tier = *fake;
+  std::vector<MoverTier> tiers;
+  tiers.push_back(
+      MoverTier{std::make_unique<HealthCheckedTier>(std::move(fake), HealthOptions{}), 2s});
+  TierMover mover(*cache, *pool, std::move(tiers), TierMoverOptions{});
+  TieredCacheIndex index(*cache, mover);
+  std::optional<StorePlan> plan = index.prepare_store(key_range(0, 2));
+  ASSERT_TRUE(plan);
+  for (size_t i = 0; i < 2; ++i) fill_pattern(pool->slot_ptr(plan->slots[i]), kSlotBytes, i);
+  index.complete_store(plan->keys, Verdict::kSucceeded);
+  ASSERT_TRUE(mover.wait_idle(10s));
+  for (uint64_t id = 0; id < 2; ++id) {
+    ASSERT_TRUE(tier.holds(key(id))) << id;
+    EXPECT_EQ(tier.bytes_of(key(id)), pattern(id));
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::testing

@@ -29,6 +29,7 @@ struct CacheCounters {
   uint64_t stores_quarantined = 0;  // keys whose store was Unprovable
   uint64_t loads = 0;               // keys pinned by prepare_load
   uint64_t loads_quarantined = 0;   // keys whose load was Unprovable
+  uint64_t events_dropped = 0;      // events take_events() never returned: nobody asked in time
 };
 
 // f(name, value, kind) for every field (counter_kind.h): the slot states and quarantined_bytes
@@ -52,6 +53,7 @@ void visit_counters(const CacheCounters& c, F&& f) {
   f("stores_quarantined", c.stores_quarantined, kCounter);
   f("loads", c.loads, kCounter);
   f("loads_quarantined", c.loads_quarantined, kCounter);
+  f("events_dropped", c.events_dropped, kCounter);
 }
 
 }  // namespace kvtier

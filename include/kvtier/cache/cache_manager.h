@@ -33,7 +33,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <expected>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -151,13 +153,21 @@ class CacheManager {
   // Returns kInternal describing the first violation found.
   Status audit() const;
 
-  // Events since the last call, oldest first.
+  // Events since the last call, oldest first. They wait for a caller that mirrors the cache;
+  // one that never asks must not make them pile up: while the waiting events list more than
+  // max_waiting_event_keys() keys, the oldest are dropped (counted in events_dropped).
   std::vector<CacheEvent> take_events();
+  size_t max_waiting_event_keys() const { return 4 * num_slots_; }
 
   // From now on every change of the ready keys (the events above) is also published as KV
   // events on `medium`, each chunk `block_size` tokens (docs/events.md); null stops it. The
   // publisher must outlive the manager.
   void publish_events(KvEventPublisher* publisher, std::string medium, uint32_t block_size);
+
+  // From now on every event is also handed to `listener` as it happens, on the calling thread,
+  // after the change it reports (the tier mover's write-behind). The listener may read the
+  // manager (ready_slot) but must not change it. An empty one stops it.
+  void set_event_listener(std::function<void(const CacheEvent&)> listener);
 
  private:
   friend class CacheManagerTestPeer;  // tests corrupt internals to prove audit() sees it
@@ -195,7 +205,9 @@ class CacheManager {
   // charged to each (only owners with some).
   std::unordered_map<OwnerId, OwnerQuota> quotas_;
   std::unordered_map<OwnerId, size_t> owned_;
-  std::vector<CacheEvent> events_;
+  std::deque<CacheEvent> events_;  // waiting for take_events()
+  size_t waiting_event_keys_ = 0;  // the keys they list
+  std::function<void(const CacheEvent&)> listener_;
   KvEventPublisher* publisher_ = nullptr;
   std::string medium_;
   uint32_t block_size_ = 0;

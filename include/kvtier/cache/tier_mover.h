@@ -3,7 +3,8 @@
 // L3 Redis).
 //
 // Write-behind (demotion). Chunks go down asynchronously through one bounded queue:
-//   - policy kOnStore: every key of a kStored event passed to on_cache_events();
+//   - policy kOnStore: every key the CacheManager publishes (its kStored events, which the
+//     mover receives as they happen: CacheManager::set_event_listener), whoever stored it;
 //   - policy kOnEvict: every key a StorePlan evicted, passed to demote_evicted() right after
 //     prepare_store, before the plan's slots are written.
 // The bytes are COPIED into the queue entry at enqueue time, on the caller's thread: a slot
@@ -37,10 +38,11 @@
 // for each node down). The writer thread probes DOWN tiers and down parts whose probe is due
 // every health_tick, so they recover even while nothing asks for them.
 //
-// Thread-safety: on_cache_events, demote_evicted, lower_hits, read_through (and its two steps),
-// prefetch and poll must be called from the thread that owns the CacheManager (the mover calls the
-// CacheManager only from there). counters(), tier_metrics(), degraded_tiers() and wait_idle() may
-// be called from any thread. The CacheManager and the HostPool must outlive the mover.
+// Thread-safety: demote_evicted, lower_hits, read_through (and its two steps), prefetch, poll and
+// the destructor must be called from the thread that owns the CacheManager (the mover calls the
+// CacheManager only from there, and it calls the mover back there with its events). counters(),
+// tier_metrics(), degraded_tiers() and wait_idle() may be called from any thread. The CacheManager
+// and the HostPool must outlive the mover.
 #pragma once
 
 #include <atomic>
@@ -142,8 +144,6 @@ class TierMover {
   TierMover(const TierMover&) = delete;
   TierMover& operator=(const TierMover&) = delete;
 
-  // kOnStore: enqueues each stored key's chunk (copying it now). Other events are ignored.
-  void on_cache_events(std::span<const CacheEvent> events);
   // kOnEvict: enqueues the chunks the plan evicted (copying them now, from evicted_slots).
   void demote_evicted(const StorePlan& plan);
 
@@ -195,6 +195,9 @@ class TierMover {
   };
 
   size_t chunk_bytes() const { return cache_.slot_bytes() * pools_.size(); }
+  // The CacheManager's events as they happen: under kOnStore, enqueues each stored key's chunk
+  // (copying it now). Other events are ignored.
+  void on_cache_event(const CacheEvent& event);
   bool enqueue_write(const ChunkKey& key, SlotId slot);
   void writer_loop();
   void write_batch(std::vector<WriteEntry>& batch);
@@ -227,7 +230,7 @@ class TierMover {
   std::vector<PrefetchJob> prefetched_;  // filled, awaiting poll()
   TierMoverCounters counters_;
 
-  // Owner thread only: keys poll() published, skipped by on_cache_events (at most num_slots).
+  // Owner thread only: keys poll() published, skipped by on_cache_event (at most num_slots).
   std::unordered_set<ChunkKey, ChunkKeyHash> promoted_;
   // Owner thread only: keys read_through() prefetched that the host pool has not stored since
   // (at most 4 * num_slots). One whose prefetch failed (missing, corrupt, tier down) is a miss

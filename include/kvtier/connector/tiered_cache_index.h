@@ -10,9 +10,10 @@
 //   starts the same prefetches, for a request that has not asked yet.
 // - prepare_store: under write_policy on_evict, the chunks the plan evicts are copied out for
 //   the tiers before the plan's slots are written.
-// - take_events: the stored chunks are copied out for the tiers (on_store), and finished
-//   prefetches are published; lookup publishes them too, so a request waiting for its prefetch
-//   is served without a step.
+// - complete_store: under write_policy on_store, the published chunks are copied out for the
+//   tiers (the mover hears of them from the CacheManager; take_events is not needed for it).
+// - take_events: finished prefetches are published (their events come with the others); lookup
+//   publishes them too, so a request waiting for its prefetch is served without a step.
 // - degraded: names the tiers that are DOWN (H7); requests never fail because a tier failed.
 // Not thread-safe: the connector's thread calls it (the mover's own threads do the tier IO).
 #pragma once
