@@ -2,6 +2,8 @@
 // "disk", every chunk it evicts withdrawn, and a tier opened again announces what it found.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <random>
 
 #include "disk_test_util.h"
@@ -68,6 +70,29 @@ TEST(DiskTierEvents, StoresAndEvictionsAreMirroredAndAReopenedTierAnnouncesItsCh
   ASSERT_TRUE(again.mirror.caught_up(again.pub, again.sub));
   EXPECT_FALSE(again.mirror.on("disk").empty());
   EXPECT_EQ(again.mirror.on("disk"), held(**reopened));
+}
+
+// Chunks of a segment file deleted behind the tier's back are forgotten, and withdrawn too.
+TEST(DiskTierEvents, ChunksOfADeletedSegmentFileAreWithdrawn) {
+  testing::TempDir dir;
+  Stream s;
+  ASSERT_TRUE(testing::connected(s.pub, s.sub, s.mirror));
+  // Segments of 16 KiB, two chunk records each: six chunks fill three.
+  auto tier = DiskTier::open({.directory = dir.path(), .capacity_bytes = 64 << 10});
+  ASSERT_TRUE(tier) << tier.error().message;
+  (*tier)->publish_events(&s.pub, 16);
+  for (uint64_t id = 0; id < 6; ++id) ASSERT_TRUE(testing::put_one(**tier, id, 4096));
+  std::vector<std::filesystem::path> segments;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    if (e.path().filename().string().starts_with("seg-")) segments.push_back(e.path());
+  }
+  ASSERT_EQ(segments.size(), 3u);
+  std::ranges::sort(segments);
+  std::filesystem::remove(segments.front());  // the first two chunks' file
+  ASSERT_TRUE((*tier)->ping(std::chrono::seconds(5)));  // finds it gone
+  ASSERT_TRUE(s.mirror.caught_up(s.pub, s.sub));
+  EXPECT_EQ(held(**tier).size(), 4u);
+  EXPECT_EQ(s.mirror.on("disk"), held(**tier));
 }
 
 }  // namespace

@@ -570,17 +570,20 @@ void DiskTier::forget_vanished_locked() {
     if (segment == active_) active_ = nullptr;
     graveyard_.push_back(segment);
   }
+  std::vector<ChunkKey> forgotten;
   for (auto it = index_.begin(); it != index_.end();) {
     if (it->second.segment->retired) {
       const uint64_t record_bytes = segment_record_bytes(it->second.payload_bytes);
       it->second.segment->live_bytes -= record_bytes;
       bytes_used_ -= record_bytes;
       lru_.erase(it->second.lru);
+      forgotten.push_back(it->first);
       it = index_.erase(it);
     } else {
       ++it;
     }
   }
+  if (KvEventPublisher* p = events(); p && !forgotten.empty()) p->removed(name(), forgotten);
   broken_ = "segment files deleted behind the tier's back: " + names;
 }
 
