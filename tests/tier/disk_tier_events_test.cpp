@@ -88,7 +88,7 @@ TEST(DiskTierEvents, ChunksOfADeletedSegmentFileAreWithdrawn) {
   }
   ASSERT_EQ(segments.size(), 3u);
   std::ranges::sort(segments);
-  std::filesystem::remove(segments.front());  // the first two chunks' file
+  std::filesystem::remove(segments.front());            // the first two chunks' file
   ASSERT_TRUE((*tier)->ping(std::chrono::seconds(5)));  // finds it gone
   ASSERT_TRUE(s.mirror.caught_up(s.pub, s.sub));
   EXPECT_EQ(held(**tier).size(), 4u);
