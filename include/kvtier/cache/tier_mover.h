@@ -24,13 +24,14 @@
 //
 // Read-through (promotion). read_through(keys, host_hits), after a host lookup whose ready
 // prefix stopped at host_hits, prefetches the keys after it that a tier holds; a key whose
-// prefetch failed is not fetched again until the host pool stores it. prefetch(keys) reserves host
-// slots with prepare_store, so the keys are pending in the CacheManager (a lookup says "ask again
-// later"), and a background thread fills each slot from the first tier that returns a verified
-// chunk; the prefetches queued while it reads are read next, together (calls of up to
-// prefetch_batch_bytes per tier), so that the requests of one step wait for one read. poll() then
-// completes the store: kSucceeded for filled keys, kFailed for keys no tier could serve intact
-// (missing, corrupt, tier down): F3, such a slot is freed and never published.
+// prefetch failed is not fetched again until the host pool stores it. prefetch(keys, owner)
+// reserves host slots with prepare_store_for (charged to owner), so the keys are pending in the
+// CacheManager (a lookup says "ask again later"), and a background thread fills each slot from
+// the first tier that returns a verified chunk; the prefetches queued while it reads are read
+// next, together (calls of up to prefetch_batch_bytes per tier), so that the requests of one step
+// wait for one read. poll() then completes the store: kSucceeded for filled keys, kFailed for
+// keys no tier could serve intact (missing, corrupt, tier down): F3, such a slot is freed and
+// never published.
 //
 // Health. A tier that errors or times out is DOWN (health_checked_tier.h); a tier with parts
 // down (a Redis Cluster's masters) is DEGRADED and serves the other parts' keys.
