@@ -329,18 +329,37 @@ TEST(TierMover, F3_PrefetchOfAMissingOrDownChunkIsNeverPublished) {
   EXPECT_EQ(rig.mover->counters().prefetch_failed, 3u);
 }
 
+// An engine's host cache over `ranks` pools of `slots` slots each, and a mover over a fake.
+struct RanksRig {
+  HostDevice device;
+  std::vector<std::unique_ptr<HostPool>> pools;
+  std::unique_ptr<CacheManager> cache;
+  FakeTier* fake = nullptr;
+  std::unique_ptr<TierMover> mover;
+
+  RanksRig(size_t ranks, size_t slots, TierMoverOptions options = {}) {
+    std::vector<const HostPool*> views;
+    for (size_t r = 0; r < ranks; ++r) {
+      pools.push_back(std::move(HostPool::create(device, kSlotBytes, slots).value()));
+      views.push_back(pools.back().get());
+    }
+    cache = cache_test::make_manager(slots);
+    mover = std::make_unique<TierMover>(*cache, views, fakes({{&fake, "fake"}}), options);
+  }
+  ~RanksRig() {
+    mover.reset();
+    cache_test::expect_conserved(*cache);
+  }
+};
+
 // An engine's host cache over several ranks: a chunk is slot s of every rank's pool, rank 0
 // first, in the tiers as one chunk.
 TEST(TierMover, ChunkOfSeveralPoolsIsEveryPoolsShareInOrder) {
-  HostDevice device;
-  std::vector<std::unique_ptr<HostPool>> pools;
-  for (int r = 0; r < 3; ++r)
-    pools.push_back(std::move(HostPool::create(device, kSlotBytes, 4).value()));
-  auto cache = cache_test::make_manager(4);
-  FakeTier* fake = nullptr;
-  auto mover = std::make_unique<TierMover>(
-      *cache, std::vector<const HostPool*>{pools[0].get(), pools[1].get(), pools[2].get()},
-      fakes({{&fake, "fake"}}), TierMoverOptions{});
+  RanksRig rig(3, 4);
+  const auto& pools = rig.pools;
+  CacheManager* cache = rig.cache.get();
+  FakeTier* fake = rig.fake;
+  TierMover* mover = rig.mover.get();
   std::optional<StorePlan> plan = cache->prepare_store(std::vector{key(1)});
   ASSERT_TRUE(plan);
   for (size_t r = 0; r < 3; ++r)
@@ -365,23 +384,17 @@ TEST(TierMover, ChunkOfSeveralPoolsIsEveryPoolsShareInOrder) {
   for (size_t r = 0; r < 3; ++r) {
     EXPECT_TRUE(has_pattern(pools[r]->slot_ptr(*slot), kSlotBytes, 10 + r)) << "rank " << r;
   }
-  mover.reset();
-  cache_test::expect_conserved(*cache);
 }
 
 // A read-through as long as a request's missing prefix is read in calls of
 // prefetch_batch_bytes: each stays inside the tier's timeout, and a chunk of several pools is
 // staged one batch at a time, not all of them at once.
 TEST(TierMover, ALongReadThroughIsReadInBatchesIntoEveryPool) {
-  HostDevice device;
-  std::vector<std::unique_ptr<HostPool>> pools;
-  for (int r = 0; r < 2; ++r)
-    pools.push_back(std::move(HostPool::create(device, kSlotBytes, 8).value()));
-  auto cache = cache_test::make_manager(8);
-  FakeTier* fake = nullptr;
-  auto mover = std::make_unique<TierMover>(
-      *cache, std::vector<const HostPool*>{pools[0].get(), pools[1].get()},
-      fakes({{&fake, "fake"}}), TierMoverOptions{.prefetch_batch_bytes = 3 * 2 * kSlotBytes});
+  RanksRig rig(2, 8, TierMoverOptions{.prefetch_batch_bytes = 3 * 2 * kSlotBytes});
+  const auto& pools = rig.pools;
+  CacheManager* cache = rig.cache.get();
+  FakeTier* fake = rig.fake;
+  TierMover* mover = rig.mover.get();
   for (uint64_t id = 0; id < 8; ++id) {
     std::vector<std::byte> whole = pattern(100 + id);
     const std::vector<std::byte> second = pattern(200 + id);
@@ -398,8 +411,6 @@ TEST(TierMover, ALongReadThroughIsReadInBatchesIntoEveryPool) {
     EXPECT_TRUE(has_pattern(pools[0]->slot_ptr(*slot), kSlotBytes, 100 + id)) << id;
     EXPECT_TRUE(has_pattern(pools[1]->slot_ptr(*slot), kSlotBytes, 200 + id)) << id;
   }
-  mover.reset();
-  cache_test::expect_conserved(*cache);
 }
 
 TEST(TierMover, F3_ReadThroughFetchesWhatATierHoldsAndNeverRetriesAFailedKey) {

@@ -22,18 +22,31 @@ std::vector<std::byte> pattern(uint64_t seed) {
   return bytes;
 }
 
-TEST(TieredCacheIndex, LookupAheadBringsUpWhatATierHoldsBeforeTheLookupAsks) {
+// A host cache of 8 slots with a scripted tier below it, and the index over both.
+struct Rig {
   HostDevice device;
-  auto pool = std::move(HostPool::create(device, kSlotBytes, 8).value());
-  auto cache = cache_test::make_manager(8);
-  auto fake = std::make_unique<FakeTier>("fake");
-  FakeTier& tier = *fake;
-  std::vector<MoverTier> tiers;
-  tiers.push_back(
-      MoverTier{std::make_unique<HealthCheckedTier>(std::move(fake), HealthOptions{}), 2s});
-  TierMover mover(*cache, *pool, std::move(tiers), TierMoverOptions{});
-  TieredCacheIndex index(*cache, mover);
-  for (uint64_t id = 0; id < 3; ++id) tier.insert(key(id), pattern(id));
+  std::unique_ptr<HostPool> pool = std::move(HostPool::create(device, kSlotBytes, 8).value());
+  std::unique_ptr<CacheManager> cache = cache_test::make_manager(8);
+  FakeTier* fake = nullptr;
+  std::unique_ptr<TierMover> mover;
+  std::unique_ptr<TieredCacheIndex> index;
+
+  Rig() {
+    auto tier = std::make_unique<FakeTier>("fake");
+    fake = tier.get();
+    std::vector<MoverTier> tiers;
+    tiers.push_back(
+        MoverTier{std::make_unique<HealthCheckedTier>(std::move(tier), HealthOptions{}), 2s});
+    mover = std::make_unique<TierMover>(*cache, *pool, std::move(tiers), TierMoverOptions{});
+    index = std::make_unique<TieredCacheIndex>(*cache, *mover);
+  }
+};
+
+TEST(TieredCacheIndex, LookupAheadBringsUpWhatATierHoldsBeforeTheLookupAsks) {
+  Rig rig;
+  TierMover& mover = *rig.mover;
+  TieredCacheIndex& index = *rig.index;
+  for (uint64_t id = 0; id < 3; ++id) rig.fake->insert(key(id), pattern(id));
   const std::vector<ChunkKey> keys = key_range(0, 3);
 
   index.lookup_ahead(keys);  // the request arrived; it is looked up in a later step
@@ -47,24 +60,15 @@ TEST(TieredCacheIndex, LookupAheadBringsUpWhatATierHoldsBeforeTheLookupAsks) {
 // Write-behind (on_store) goes with the store's publication: an engine that never takes the
 // cache's events (it does not mirror the cache) still has its chunks written down.
 TEST(TieredCacheIndex, StoredChunksGoDownWithoutTheEngineTakingEvents) {
-  HostDevice device;
-  auto pool = std::move(HostPool::create(device, kSlotBytes, 8).value());
-  auto cache = cache_test::make_manager(8);
-  auto fake = std::make_unique<FakeTier>("fake");
-  FakeTier& tier = *fake;
-  std::vector<MoverTier> tiers;
-  tiers.push_back(
-      MoverTier{std::make_unique<HealthCheckedTier>(std::move(fake), HealthOptions{}), 2s});
-  TierMover mover(*cache, *pool, std::move(tiers), TierMoverOptions{});
-  TieredCacheIndex index(*cache, mover);
-  std::optional<StorePlan> plan = index.prepare_store(key_range(0, 2));
+  Rig rig;
+  std::optional<StorePlan> plan = rig.index->prepare_store(key_range(0, 2));
   ASSERT_TRUE(plan);
-  for (size_t i = 0; i < 2; ++i) fill_pattern(pool->slot_ptr(plan->slots[i]), kSlotBytes, i);
-  index.complete_store(plan->keys, Verdict::kSucceeded);
-  ASSERT_TRUE(mover.wait_idle(10s));
+  for (size_t i = 0; i < 2; ++i) fill_pattern(rig.pool->slot_ptr(plan->slots[i]), kSlotBytes, i);
+  rig.index->complete_store(plan->keys, Verdict::kSucceeded);
+  ASSERT_TRUE(rig.mover->wait_idle(10s));
   for (uint64_t id = 0; id < 2; ++id) {
-    ASSERT_TRUE(tier.holds(key(id))) << id;
-    EXPECT_EQ(tier.bytes_of(key(id)), pattern(id));
+    ASSERT_TRUE(rig.fake->holds(key(id))) << id;
+    EXPECT_EQ(rig.fake->bytes_of(key(id)), pattern(id));
   }
 }
 

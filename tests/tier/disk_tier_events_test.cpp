@@ -40,36 +40,43 @@ struct Stream {
   KvEventMirror mirror;
 };
 
+// A tier of 64 KiB in `dir` (four segments of 16 KiB, two 4 KiB chunk records each), publishing
+// its events on `s`; null (and a failure) when it does not open.
+std::unique_ptr<DiskTier> small_tier(const std::filesystem::path& dir, Stream& s) {
+  auto tier = DiskTier::open({.directory = dir, .capacity_bytes = 64 << 10});
+  EXPECT_TRUE(tier) << tier.error().message;
+  if (!tier) return nullptr;
+  (*tier)->publish_events(&s.pub, 16);
+  return std::move(*tier);
+}
+
 TEST(DiskTierEvents, StoresAndEvictionsAreMirroredAndAReopenedTierAnnouncesItsChunks) {
   testing::TempDir dir;
   Stream s;
   ASSERT_TRUE(testing::connected(s.pub, s.sub, s.mirror));
   {
-    // 64 KiB: four segments of 16 KiB, two chunk records each: evictions from the 9th chunk on.
-    auto tier = DiskTier::open({.directory = dir.path(), .capacity_bytes = 64 << 10});
-    ASSERT_TRUE(tier) << tier.error().message;
-    (*tier)->publish_events(&s.pub, 16);
+    auto tier = small_tier(dir.path(), s);  // evictions from the 9th chunk on
+    ASSERT_TRUE(tier);
     std::mt19937 rng(5);
     std::vector<std::byte> chunk(4096, std::byte{7});
     for (int step = 0; step < 120; ++step) {
       const ChunkKey k = disk_key(rng() % kUniverse);
       const std::span<const std::byte> bytes(chunk);
-      ASSERT_TRUE((*tier)->put(std::span(&k, 1), std::span(&bytes, 1), std::chrono::seconds(5)));
+      ASSERT_TRUE(tier->put(std::span(&k, 1), std::span(&bytes, 1), std::chrono::seconds(5)));
       if (step % 20 != 19) continue;
       ASSERT_TRUE(s.mirror.caught_up(s.pub, s.sub));
-      ASSERT_EQ(s.mirror.on("disk"), held(**tier)) << "step " << step;
+      ASSERT_EQ(s.mirror.on("disk"), held(*tier)) << "step " << step;
     }
-    EXPECT_GT((*tier)->evictions(), 20u);
+    EXPECT_GT(tier->evictions(), 20u);
   }
   // A new publisher and subscriber: what the reopened tier announces is what it holds.
   Stream again;
   ASSERT_TRUE(testing::connected(again.pub, again.sub, again.mirror));
-  auto reopened = DiskTier::open({.directory = dir.path(), .capacity_bytes = 64 << 10});
+  auto reopened = small_tier(dir.path(), again);
   ASSERT_TRUE(reopened);
-  (*reopened)->publish_events(&again.pub, 16);
   ASSERT_TRUE(again.mirror.caught_up(again.pub, again.sub));
   EXPECT_FALSE(again.mirror.on("disk").empty());
-  EXPECT_EQ(again.mirror.on("disk"), held(**reopened));
+  EXPECT_EQ(again.mirror.on("disk"), held(*reopened));
 }
 
 // Chunks of a segment file deleted behind the tier's back are forgotten, and withdrawn too.
@@ -77,22 +84,20 @@ TEST(DiskTierEvents, ChunksOfADeletedSegmentFileAreWithdrawn) {
   testing::TempDir dir;
   Stream s;
   ASSERT_TRUE(testing::connected(s.pub, s.sub, s.mirror));
-  // Segments of 16 KiB, two chunk records each: six chunks fill three.
-  auto tier = DiskTier::open({.directory = dir.path(), .capacity_bytes = 64 << 10});
-  ASSERT_TRUE(tier) << tier.error().message;
-  (*tier)->publish_events(&s.pub, 16);
-  for (uint64_t id = 0; id < 6; ++id) ASSERT_TRUE(testing::put_one(**tier, id, 4096));
+  auto tier = small_tier(dir.path(), s);  // six chunks fill three segments
+  ASSERT_TRUE(tier);
+  for (uint64_t id = 0; id < 6; ++id) ASSERT_TRUE(testing::put_one(*tier, id, 4096));
   std::vector<std::filesystem::path> segments;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
     if (e.path().filename().string().starts_with("seg-")) segments.push_back(e.path());
   }
   ASSERT_EQ(segments.size(), 3u);
   std::ranges::sort(segments);
-  std::filesystem::remove(segments.front());            // the first two chunks' file
-  ASSERT_TRUE((*tier)->ping(std::chrono::seconds(5)));  // finds it gone
+  std::filesystem::remove(segments.front());         // the first two chunks' file
+  ASSERT_TRUE(tier->ping(std::chrono::seconds(5)));  // finds it gone
   ASSERT_TRUE(s.mirror.caught_up(s.pub, s.sub));
-  EXPECT_EQ(held(**tier).size(), 4u);
-  EXPECT_EQ(s.mirror.on("disk"), held(**tier));
+  EXPECT_EQ(held(*tier).size(), 4u);
+  EXPECT_EQ(s.mirror.on("disk"), held(*tier));
 }
 
 }  // namespace
