@@ -138,14 +138,18 @@ void KvCacheBuffer::from_array_interface(const std::vector<size_t>& shape, size_
 }
 
 std::string KvCacheBuffer::changed() const {
-  if (!obj_) return what_ + ": released";
+  // Local copies: the attributes read below may run Python code, and that code may release()
+  // this buffer (by closing its Worker).
+  const py::object obj = obj_;
+  if (!obj) return what_ + ": released";
+  const size_t itemsize = view_ ? view_->itemsize : 0;
   try {
     switch (kind_) {
       case Kind::kTorch: {
-        if (reinterpret_cast<void*>(obj_.attr("data_ptr")().cast<uintptr_t>()) != data_) {
+        if (reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>()) != data_) {
           return what_ + ": the tensor's memory moved (set_ or resize_ while registered)";
         }
-        if (to_shape(obj_.attr("shape")) != shape_ || !obj_.attr("is_contiguous")().cast<bool>()) {
+        if (to_shape(obj.attr("shape")) != shape_ || !obj.attr("is_contiguous")().cast<bool>()) {
           return what_ + ": the tensor was reshaped in place while registered";
         }
         return {};
@@ -153,15 +157,14 @@ std::string KvCacheBuffer::changed() const {
       case Kind::kBuffer:
         // The export we hold keeps a bytearray or mmap from resizing; numpy does not honor it
         // when told not to check (resize(refcheck=False)), so look at where its data is.
-        if (!py::hasattr(obj_, "__array_interface__")) return {};
+        if (!py::hasattr(obj, "__array_interface__")) return {};
         [[fallthrough]];
       case Kind::kArrayInterface: {
-        py::dict ai = obj_.attr("__array_interface__");
+        py::dict ai = obj.attr("__array_interface__");
         py::tuple data = ai["data"];
         if (reinterpret_cast<void*>(data[0].cast<uintptr_t>()) != data_ ||
             (kind_ == Kind::kArrayInterface && to_shape(ai["shape"]) != shape_) ||
-            (kind_ == Kind::kBuffer &&
-             product(to_shape(ai["shape"])) * view_->itemsize != bytes_)) {
+            (kind_ == Kind::kBuffer && product(to_shape(ai["shape"])) * itemsize != bytes_)) {
           return what_ + ": the array's memory moved (resized while registered)";
         }
         return {};

@@ -6,11 +6,13 @@
 // The engine's forward pass runs on the host, outside the device's compute stream. So that F10
 // holds, start_load returns only once the compute stream passed the step's flush fences: when it
 // returns, the forward pass may write every block. Every call that can wait releases the GIL.
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "binding.h"
@@ -139,7 +141,7 @@ class Worker {
 
     GroupCacheAddresses group{.num_blocks = num_blocks_};
     for (size_t i = 0; i < tensors; ++i) {
-      buffers_.push_back(std::make_unique<KvCacheBuffer>(kv_caches[i], shape, g.dtype_bytes,
+      buffers_.push_back(std::make_shared<KvCacheBuffer>(kv_caches[i], shape, g.dtype_bytes,
                                                          "kv_caches[" + std::to_string(i) + "]"));
       group.bases.push_back(
           host_.adopt_device_memory(buffers_.back()->data(), buffers_.back()->bytes()));
@@ -166,7 +168,7 @@ class Worker {
   void start_load(const StepMetadata& meta) {
     check_usable();
     py::gil_scoped_release release;
-    std::lock_guard lock(mu_);
+    const std::unique_lock lock = lock_open();
     conn().start_load(meta);
     const bool loads_fenced = connector_.granularity() == TransferGranularity::kRequest &&
                               connector_.loads_in_step() && !meta.loads.empty();
@@ -184,7 +186,7 @@ class Worker {
     check_usable();
     check_layer(layer);
     py::gil_scoped_release release;
-    std::lock_guard lock(mu_);
+    const std::unique_lock lock = lock_open();
     conn().wait_for_layer_load(KvLayer{.group = 0, .layer = layer});
     if (!remote_ && connector_.granularity() == TransferGranularity::kLayer) {
       // The forward pass runs on the host: wait here for what the compute stream now waits
@@ -198,14 +200,14 @@ class Worker {
     check_usable();
     check_layer(layer);
     py::gil_scoped_release release;
-    std::lock_guard lock(mu_);
+    const std::unique_lock lock = lock_open();
     conn().save_layer(KvLayer{.group = 0, .layer = layer});
   }
 
   void queue_stores(const StepMetadata& meta) {
     check_usable();
     py::gil_scoped_release release;
-    std::lock_guard lock(mu_);
+    const std::unique_lock lock = lock_open();
     conn().queue_stores(meta);
   }
 
@@ -214,7 +216,7 @@ class Worker {
     WorkerOutput out;
     {
       py::gil_scoped_release release;
-      std::lock_guard lock(mu_);
+      const std::unique_lock lock = lock_open();
       out = conn().take_output();
     }
     return from_worker_output(out);
@@ -223,7 +225,7 @@ class Worker {
   void drain() {
     check_open();
     py::gil_scoped_release release;
-    std::lock_guard lock(mu_);
+    const std::unique_lock lock = lock_open();
     if (remote_) {
       // kvtierd's verdicts arrive with take_output; yield instead of spinning.
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -237,13 +239,13 @@ class Worker {
   bool fail_stopped() {
     check_open();
     py::gil_scoped_release release;  // another thread may hold the lock across a long call
-    std::lock_guard lock(mu_);
+    const std::unique_lock lock = lock_open();
     return conn().fail_stopped();
   }
   size_t in_flight() {
     check_open();
     py::gil_scoped_release release;
-    std::lock_guard lock(mu_);
+    const std::unique_lock lock = lock_open();
     return conn().in_flight();
   }
   void audit() {
@@ -251,7 +253,7 @@ class Worker {
     Status s;
     {
       py::gil_scoped_release release;
-      std::lock_guard lock(mu_);
+      const std::unique_lock lock = lock_open();
       s = conn().audit();
     }
     check(s);
@@ -259,16 +261,16 @@ class Worker {
   py::dict stats() {
     check_open();
     TransferStats s;
-    if (!remote_) {
+    {
       py::gil_scoped_release release;
-      std::lock_guard lock(mu_);
-      s = connector_.engine().stats();
+      const std::unique_lock lock = lock_open();
+      if (!remote_) s = connector_.engine().stats();
     }
     return stats_dict(s);
   }
   py::dict fault_counts() { return fault_dict(fault_.counts()); }
   py::list kv_caches() const {
-    if (remote_) return memory_;
+    if (!memory_.empty()) return memory_;  // cache.mode server (remote_ is close()'s, under mu_)
     py::list out;
     for (const auto& b : buffers_) out.append(b->object());
     return out;
@@ -276,8 +278,7 @@ class Worker {
 
   // Waits for every copy to end, then forgets the KV caches (their references are dropped).
   void close() {
-    if (closed_) return;
-    closed_ = true;
+    if (closed_.exchange(true)) return;
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mu_);
@@ -291,8 +292,9 @@ class Worker {
       for (void* p : adopted_) host_.release_adopted_memory(p);
       adopted_.clear();
     }
-    for (auto& b : buffers_) b->release();
-    buffers_.clear();
+    // Releasing a buffer may run Python code (a finalizer) that calls this Worker again.
+    const std::vector<std::shared_ptr<KvCacheBuffer>> buffers = std::exchange(buffers_, {});
+    for (const auto& b : buffers) b->release();
     memory_ = py::list();
   }
 
@@ -306,18 +308,29 @@ class Worker {
   void check_open() const {
     if (closed_) throw KvError(ErrorCode::kFailedPrecondition, "the Worker is closed");
   }
+  // mu_, for a call that found the Worker open: close() may have run since (on another thread,
+  // or from Python code that check_usable ran), so it is checked again under the lock.
+  std::unique_lock<std::mutex> lock_open() {
+    std::unique_lock lock(mu_);
+    check_open();
+    return lock;
+  }
   // Before copies are submitted: the registered memory is still what the engine's tensors
   // hold. Once it is not, the worker refuses every further copy (they would miss the tensors).
+  // The checks run Python code (attributes of the registered objects), which may close this
+  // Worker: they go over a copy of the buffers, and the Worker must still be open after them.
   void check_usable() {
     check_open();
     if (moved_.empty()) {
-      for (const auto& b : buffers_) {
+      const std::vector<std::shared_ptr<KvCacheBuffer>> buffers = buffers_;
+      for (const auto& b : buffers) {
         if (std::string why = b->changed(); !why.empty()) {
           moved_ = why;
           break;
         }
       }
     }
+    check_open();
     if (!moved_.empty()) throw KvError(ErrorCode::kFailedPrecondition, moved_);
   }
   void check_layer(uint32_t layer) const {
@@ -332,7 +345,7 @@ class Worker {
   KvLayout layout_;
   HostDevice host_;
   FaultInjectingDevice fault_;
-  std::vector<std::unique_ptr<KvCacheBuffer>> buffers_;
+  std::vector<std::shared_ptr<KvCacheBuffer>> buffers_;
   std::vector<void*> adopted_;
   std::unique_ptr<HostPool> pool_;
   LocalWorkerConnector connector_;
@@ -340,7 +353,7 @@ class Worker {
   EventHandle fence_{};
   uint32_t num_blocks_ = 0;
   uint32_t slots_ = 0;
-  bool closed_ = false;
+  std::atomic<bool> closed_ = false;  // set by close() before it takes mu_
   std::string moved_;                 // why the registered memory is no longer the tensors'
   std::shared_ptr<RemoteKv> remote_;  // cache.mode server
   py::list memory_;                   // cache.mode server: KvMemory per tensor

@@ -93,6 +93,33 @@ class ArrayInterface:
         self.__array_interface__ = array.__array_interface__
 
 
+class ClosesItsWorker:
+    """An array interface whose reading closes the Worker set on it: Python code that runs while
+    the Worker checks that its registered memory did not move."""
+
+    def __init__(self, array):
+        self.array = array
+        self.worker = None
+
+    @property
+    def __array_interface__(self):
+        if self.worker is not None:
+            worker, self.worker = self.worker, None
+            worker.close()
+        return self.array.__array_interface__
+
+
+def test_a_worker_closed_while_it_checks_its_memory_refuses_the_call():
+    c = small_config()
+    shape = c.layout.kv_cache_shape(NUM_BLOCKS)
+    objs = [ClosesItsWorker(np.zeros(shape, dtype=np.float32)) for _ in range(2)]
+    w = kvtier.Worker(c, objs)
+    objs[0].worker = w
+    expect_error("failed_precondition", w.save_layer, 0)
+    assert w.closed
+    expect_error("failed_precondition", w.save_layer, 0)
+
+
 def test_array_interface_objects_register():
     c = small_config()
     shape = c.layout.kv_cache_shape(NUM_BLOCKS)
