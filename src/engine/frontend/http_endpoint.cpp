@@ -17,7 +17,11 @@ constexpr size_t kHttpThreads = 64;
 HttpEndpoint::HttpEndpoint(httplib::Server& http) : http_(http) {
   http_.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
   http_.set_socket_options([this](socket_t sock) {
-    httplib::default_socket_options(sock);
+    // SO_REUSEADDR (a restart binds at once, past the old sockets' TIME_WAIT), not
+    // cpp-httplib's default SO_REUSEPORT: with it a second server on a port in use would be
+    // bound beside the first and take part of its connections, instead of failing.
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     listen_fd_ = sock;
   });
   http_.set_payload_max_length(size_t{64} << 20);

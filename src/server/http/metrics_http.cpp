@@ -1,6 +1,7 @@
 #include "metrics_http.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <thread>
 
@@ -13,6 +14,12 @@ struct MetricsHttp::Impl {
 
   explicit Impl(const Server& s) : server(s) {
     http.new_task_queue = [] { return new httplib::ThreadPool(2); };
+    // SO_REUSEADDR, not cpp-httplib's default SO_REUSEPORT: a port in use fails to bind
+    // instead of being shared with whatever listens there.
+    http.set_socket_options([](socket_t sock) {
+      const int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     http.set_read_timeout(std::chrono::seconds(5));
     http.set_write_timeout(std::chrono::seconds(5));
     http.set_keep_alive_timeout(2);  // stop() waits for idle keep-alive connections this long
