@@ -219,6 +219,9 @@ def test_H7_health_names_a_down_tier_and_is_503_while_draining():
 
 def test_metrics_port_in_use_is_a_clear_startup_error():
     with socket.socket() as taken:
+        # Taken by a server that lets others share the port (SO_REUSEPORT, as cpp-httplib's
+        # defaults do): kvtierd must still refuse it, not listen beside it.
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
