@@ -1,6 +1,7 @@
 // HttpEndpoint: how the engine's HTTP servers (kvtier serve's frontend, kvtier router) set up
 // cpp-httplib and bind it: a pool of 64 threads, bodies up to 64 MiB, 30 s read and write
-// timeouts, 2 s keep-alive, and a listen backlog past the 5 compiled into Debian's cpp-httplib.
+// timeouts, 2 s keep-alive, a listen backlog past the 5 compiled into Debian's cpp-httplib, and
+// SO_REUSEADDR without SO_REUSEPORT (a port in use fails to bind; it is never shared).
 #pragma once
 
 #include <string>
