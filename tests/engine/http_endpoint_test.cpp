@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <future>
+#include <thread>
+
 namespace kvtier {
 namespace {
 
@@ -21,6 +24,33 @@ TEST(HttpEndpoint, APortInUseCannotBeBoundAgain) {
   ASSERT_FALSE(again) << "bound port " << *port << " a second time";
   EXPECT_EQ(again.error().code, ErrorCode::kUnavailable);
   EXPECT_NE(again.error().message.find("--port"), std::string::npos) << again.error().message;
+}
+
+// A stop that comes before the server listens (a SIGTERM right after start) still ends it: run()
+// then returns at once instead of serving for good.
+TEST(HttpEndpoint, AStopBeforeRunEndsIt) {
+  httplib::Server http;
+  HttpEndpoint endpoint(http);
+  ASSERT_TRUE(endpoint.bind("127.0.0.1", 0, "test"));
+  endpoint.stop();
+  auto served = std::async(std::launch::async, [&] { endpoint.run(); });
+  const bool returned = served.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  if (!returned) http.stop();  // it listens: end it, so that the test can end
+  EXPECT_TRUE(returned) << "run() after stop() kept serving";
+}
+
+// And a stop while run() is on its way to listening, or listening, ends it too.
+TEST(HttpEndpoint, AStopRightAfterRunStartsEndsIt) {
+  for (int i = 0; i < 50; ++i) {
+    httplib::Server http;
+    HttpEndpoint endpoint(http);
+    ASSERT_TRUE(endpoint.bind("127.0.0.1", 0, "test"));
+    auto served = std::async(std::launch::async, [&] { endpoint.run(); });
+    endpoint.stop();
+    const bool returned = served.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    if (!returned) http.stop();
+    ASSERT_TRUE(returned) << "try " << i << ": the stop was lost";
+  }
 }
 
 }  // namespace

@@ -235,11 +235,11 @@ Result<int> FrontendServer::bind() {
 }
 
 void FrontendServer::run() {
-  impl_->http.listen_after_bind();
+  impl_->endpoint.run();
 }
 
 void FrontendServer::stop() {
-  impl_->http.stop();
+  impl_->endpoint.stop();
 }
 
 }  // namespace kvtier

@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <utility>
 
 namespace kvtier {
 namespace {
@@ -48,6 +50,28 @@ Result<int> HttpEndpoint::bind(const std::string& host, int port, std::string_vi
                       std::string("cannot raise the listen backlog: ") + std::strerror(errno));
   }
   return port;
+}
+
+void HttpEndpoint::run() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    running_ = true;
+  }
+  http_.listen_after_bind();
+  std::lock_guard lock(mutex_);
+  running_ = false;
+  returned_.notify_all();
+}
+
+void HttpEndpoint::stop() {
+  std::unique_lock lock(mutex_);
+  const bool first = !std::exchange(stopping_, true);
+  // cpp-httplib's stop() does nothing until its listen loop has begun, and may be called once
+  // while it runs.
+  while (running_ && !http_.is_running()) returned_.wait_for(lock, std::chrono::milliseconds(1));
+  if (first && running_) http_.stop();
+  returned_.wait(lock, [this] { return !running_; });
 }
 
 }  // namespace kvtier

@@ -276,11 +276,11 @@ Result<int> RouterServer::bind() {
 }
 
 void RouterServer::run() {
-  impl_->http.listen_after_bind();
+  impl_->endpoint.run();
 }
 
 void RouterServer::stop() {
-  impl_->http.stop();
+  impl_->endpoint.stop();
 }
 
 int run_router(const RouterOptions& options, std::ostream& out) {

@@ -3,14 +3,15 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
-#include <thread>
+#include <chrono>
+#include <future>
 
 namespace kvtier::server {
 
 struct MetricsHttp::Impl {
   const Server& server;
   httplib::Server http;
-  std::thread thread;
+  std::future<void> listening;  // the listen loop, on a thread of its own
 
   explicit Impl(const Server& s) : server(s) {
     http.new_task_queue = [] { return new httplib::ThreadPool(2); };
@@ -49,14 +50,19 @@ Result<int> MetricsHttp::start(const std::string& host, int port) {
                                                    std::to_string(port) +
                                                    " (server.metrics_host / server.metrics_port)");
   }
-  impl_->thread = std::thread([this] { impl_->http.listen_after_bind(); });
+  impl_->listening = std::async(std::launch::async, [this] { impl_->http.listen_after_bind(); });
   return bound;
 }
 
 void MetricsHttp::stop() {
-  if (!impl_->thread.joinable()) return;
+  if (!impl_->listening.valid()) return;
+  // cpp-httplib's stop() does nothing until its listen loop has begun (a stop right after
+  // start), and may be called once while it runs.
+  while (!impl_->http.is_running() &&
+         impl_->listening.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) {
+  }
   impl_->http.stop();
-  impl_->thread.join();
+  impl_->listening.get();
 }
 
 }  // namespace kvtier::server
