@@ -49,7 +49,10 @@ struct Backend {
   BackendAddress address;
   // Guarded by the pool's mutex.
   bool healthy = false;  // last /health answered 200
+  // What it said at GET /kvtier/routing; `described` while that was read since /health last
+  // answered otherwise (a backend may come back restarted with other limits or publishers).
   std::optional<RoutingInfo> info;
+  bool described = false;
   PrefixIndex index{0};
   uint32_t indexed_cores = 0;  // the index's slots: one per publisher subscribed to
   uint32_t requests = 0;       // the router's requests in flight on it
@@ -61,9 +64,9 @@ struct Backend {
   // The health thread's alone.
   std::vector<std::unique_ptr<KvEventSubscriber>> subscribers;
 
-  bool in_rotation() const { return healthy && info.has_value(); }
+  bool in_rotation() const { return healthy && described; }
   // Its info while in rotation, else null.
-  const RoutingInfo* serving() const { return healthy && info ? &*info : nullptr; }
+  const RoutingInfo* serving() const { return in_rotation() ? &*info : nullptr; }
 };
 
 }  // namespace
@@ -98,7 +101,8 @@ struct BackendPool::Impl {
       std::lock_guard lock(mutex);
       was_in = b.in_rotation();
       b.healthy = status == 200;
-      read_info = b.healthy && !was_in;
+      if (!b.healthy) b.described = false;
+      read_info = b.healthy && !b.described;
       if (!b.healthy && was_in) {
         log_warning("backend out of rotation: /health answered " +
                         (status == 0 ? body : std::to_string(status)),
@@ -154,6 +158,7 @@ struct BackendPool::Impl {
       b.index = PrefixIndex(b.indexed_cores);
     }
     b.info = std::move(info);
+    b.described = true;
     log_info("backend in rotation", {{"backend", b.address.url}});
   }
 
@@ -284,6 +289,7 @@ void BackendPool::unreachable(size_t backend, const std::string& why) {
     log_warning("backend out of rotation: " + why, {{"backend", b.address.url}});
   }
   b.healthy = false;
+  b.described = false;
 }
 
 const BackendAddress& BackendPool::address(size_t backend) const {
