@@ -42,18 +42,23 @@ StepOutcome SchedulerConnector::update_from_worker_output(std::span<const Worker
     for (const JobVerdict& v : o.finished) ack(v.job, o.rank, v.outcome, out);
   }
   // F8: a job not complete by its deadline plus the completion margin is Unprovable.
-  const TimePoint now = clock_.now();
-  while (!jobs_.empty() && jobs_.begin()->second->created + options_.job_timeout <= now) {
+  while (const std::optional<std::string> late = overdue_job()) {
     Job& job = *jobs_.begin()->second;
     job.unprovable = true;
     ++counters_.jobs_timed_out;
-    fail_stop("job " + std::to_string(job.id) + " of request " + job.request +
-                  " not complete after transfer_deadline_s + completion_margin_s",
-              out);
+    fail_stop(*late, out);
     retire(job, out);
   }
   out.fail_stop = fail_stopped();
   return out;
+}
+
+std::optional<std::string> SchedulerConnector::overdue_job() const {
+  if (jobs_.empty()) return std::nullopt;
+  const Job& job = *jobs_.begin()->second;
+  if (job.created + options_.job_timeout > clock_.now()) return std::nullopt;
+  return "job " + std::to_string(job.id) + " of request " + job.request +
+         " not complete after transfer_deadline_s + completion_margin_s";
 }
 
 void SchedulerConnector::ack(JobId id, uint32_t rank, Outcome outcome, StepOutcome& out) {

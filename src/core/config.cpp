@@ -249,10 +249,6 @@ Status Config::validate() const {
                    std::to_string(server.heartbeat_interval_s) +
                    "), or live idle clients would be reaped");
   }
-  if (server.max_pin_ttl_s > 365.0 * 24 * 3600) {
-    return invalid("server.max_pin_ttl_s: must be at most one year (31536000 s), got " +
-                   std::to_string(server.max_pin_ttl_s));
-  }
   if (!server.curve_server_key.empty() && server.curve_server_key.size() != 40) {
     return invalid("server.curve_server_key: must be a Z85 public key of 40 characters, got " +
                    std::to_string(server.curve_server_key.size()));

@@ -239,6 +239,9 @@ const std::vector<Field>& config_fields() {
         faults.field("record_failure_rate", &FaultsConfig::record_failure_rate, fraction(),
                      "Share of copy batches whose end marker cannot be recorded: Unprovable, the "
                      "engine fail-stops. (F7, H4)"),
+        faults.field("hang_rate", &FaultsConfig::hang_rate, fraction(),
+                     "Share of copy batches that never complete: Unprovable at the transfer "
+                     "deadline, the engine fail-stops. (F8)"),
         faults.field("direction", &FaultsConfig::direction, fault_direction(),
                      "Which copies draw the faults above: loads (host to device), stores "
                      "(device to host), or both."),

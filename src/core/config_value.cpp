@@ -186,11 +186,20 @@ ConfigValue<E> enumeration(const std::array<E, N>& all) {
   };
 }
 
+// Every duration is at most a year: a time point that far ahead still fits a clock's
+// nanoseconds (a much larger one would wrap to the past, or overflow converting to them).
+constexpr double kMaxSeconds = 365.0 * 24 * 3600;
+
+Status at_most_a_year(double seconds) {
+  if (seconds <= kMaxSeconds) return {};
+  return invalid("must be at most one year (31536000 s), got " + format_double(seconds));
+}
+
 }  // namespace
 
 ConfigValue<double> positive_seconds() {
   return {
-      .values = "seconds, a finite number > 0",
+      .values = "seconds, a finite number > 0, at most a year (31536000)",
       .parse = [](std::string_view text) -> Result<double> {
         // from_chars reads "nan" and "inf" too: the rule below, not the syntax, rejects them.
         if (auto value = parse_whole<double>(text)) return *value;
@@ -200,7 +209,7 @@ ConfigValue<double> positive_seconds() {
         if (!std::isfinite(value) || value <= 0) {
           return invalid("must be a finite number > 0, got " + format_double(value));
         }
-        return {};
+        return at_most_a_year(value);
       },
       .format = format_double,
   };
@@ -208,12 +217,12 @@ ConfigValue<double> positive_seconds() {
 
 ConfigValue<double> seconds_or_zero() {
   ConfigValue<double> value = positive_seconds();
-  value.values = "seconds, a finite number >= 0 (0: off)";
+  value.values = "seconds, a finite number >= 0 (0: off), at most a year (31536000)";
   value.check = [](const double& seconds) -> Status {
     if (!std::isfinite(seconds) || seconds < 0) {
       return invalid("must be a finite number >= 0, got " + format_double(seconds));
     }
-    return {};
+    return at_most_a_year(seconds);
   };
   return value;
 }

@@ -291,6 +291,22 @@ TEST(ConfigContract, F8_NonfiniteOrNonpositiveDeadlineIsRejected) {
   }
 }
 
+// A deadline far in the future must not wrap: a clock's nanoseconds hold about 292 years, and
+// a value past them overflowed to a deadline in the past (every transfer Unprovable at once).
+TEST(ConfigContract, F8_DeadlineOverAYearIsRejected) {
+  for (const std::string field : {"transfer_deadline_s", "completion_margin_s"}) {
+    for (const std::string huge : {"31536001", "1e12", "1e300"}) {
+      SCOPED_TRACE(field + " = " + huge);
+      ExpectMentions(ErrorOf(FromOverride("transfer." + field + "=" + huge)),
+                     {"transfer." + field + ": must be at most one year (31536000 s)", "--set"});
+    }
+    Result<Config> year = FromOverride("transfer." + field + "=31536000");
+    ASSERT_TRUE(year) << year.error().message;
+  }
+  // Every other duration is held to it too (here one that may be 0).
+  ExpectMentions(ErrorOf(FromOverride("faults.slow_forward_s=1e12")), {"at most one year"});
+}
+
 TEST(Config, UnknownFieldOrSectionIsAnError) {
   ExpectMentions(ErrorOf(parse_config_yaml("cache:\n  host_byte: 4GiB\n")),
                  {"unknown field 'cache.host_byte'", "<yaml>:2", "host_bytes, eviction, shm_name"});

@@ -194,6 +194,35 @@ TEST(ServeLiveness, H8_SpinningSchedulerTurnsHealth503AndEndsTheStuckRequest) {
   EXPECT_NE(health.body.find("no progress (H8): request r0"), std::string::npos) << health.body;
 }
 
+// A load whose copies never complete, computed in the step it starts (connector.load_in_step,
+// the default): the worker's forward pass waits for the load (F10), so the step never ends and
+// no worker reports the job's verdict. Its deadline (F8) must still fail the engine core, at
+// transfer_deadline_s + completion_margin_s, instead of leaving /health at 200 and the request
+// waiting for its request_timeout_s (600 s).
+TEST(ServeLiveness, F8_ALoadThatNeverCompletesFailsTheCoreAtItsDeadline) {
+  auto serve = start_ready({"engine.device_blocks=40", "cache.host_bytes=64MiB",
+                            "faults.hang_rate=1", "faults.direction=load",
+                            "transfer.transfer_deadline_s=1", "transfer.completion_margin_s=0.5"});
+  ASSERT_TRUE(serve);
+  // A, then B and C that push A out of the small device: A's chunks are in the host cache only.
+  const std::string a = document(400, 1);
+  for (const std::string& p : {a, document(400, 2), document(400, 3)}) {
+    const HttpReply r = serve->post("/v1/completions", {{"prompt", p}, {"max_tokens", 4}}, 60000ms);
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  ASSERT_EQ(serve->get("/health").status, 200);
+  const auto sent = TestClock::now();
+  const HttpReply again =
+      serve->post("/v1/completions", {{"prompt", a + "\nagain"}, {"max_tokens", 4}}, 30000ms);
+  const auto answered = TestClock::now();
+  EXPECT_EQ(again.status, 503) << again.body;
+  EXPECT_NE(again.body.find("fail-stop (F8)"), std::string::npos) << again.body;
+  EXPECT_LT(answered - sent, 10000ms) << "ended by the job's deadline, not the request's";
+  const HttpReply health = serve->get("/health");
+  EXPECT_EQ(health.status, 503);
+  EXPECT_NE(health.body.find("fail-stop (F8)"), std::string::npos) << health.body;
+}
+
 TEST(ServeLiveness, H8_RequestThatCanNeverFitTheDeviceIsRejectedWith400) {
   // 8 blocks of 16 tokens: a request's prompt + max_tokens may be 129 at most.
   auto serve = start_ready({"engine.device_blocks=8"});

@@ -190,6 +190,11 @@ class SchedulerConnector {
   std::vector<CacheEvent> take_events() { return cache_.take_events(); }
   // H7: the index's reason it is degraded (kvtierd unreachable, a tier down), or nullopt.
   std::optional<std::string> degraded() const { return cache_.degraded(); }
+  // F8 between steps: the oldest job in flight, when it is past job_timeout ("job N of request
+  // R not complete after ..."), else nullopt. update_from_worker_output fail-stops on such a
+  // job; an engine whose step cannot end (its compute fenced behind a load that never
+  // completes, F10) must not wait for that step to hear of it.
+  std::optional<std::string> overdue_job() const;
   bool fail_stopped() const { return !fail_stop_reason_.empty(); }
   const std::string& fail_stop_reason() const { return fail_stop_reason_; }
   ConnectorCounters counters() const;

@@ -130,6 +130,7 @@ struct FaultsConfig {
   double latched_error_rate = 0;
   double delay_rate = 0;
   double record_failure_rate = 0;  // Unprovable: the engine fail-stops (F7, H4)
+  double hang_rate = 0;            // copies that never complete: Unprovable at their deadline (F8)
   FaultDirection direction = FaultDirection::kBoth;
   // Test hook (H8): the scheduler stops computing a request once it has produced a token.
   bool stall_scheduler = false;

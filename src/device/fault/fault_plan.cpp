@@ -57,7 +57,7 @@ std::optional<CopyKind> only_kind(FaultDirection direction) {
 
 bool injects_device_faults(const FaultsConfig& f) {
   return f.submit_failure_rate > 0 || f.latched_error_rate > 0 || f.delay_rate > 0 ||
-         f.record_failure_rate > 0;
+         f.record_failure_rate > 0 || f.hang_rate > 0;
 }
 
 FaultPlan fault_plan_from_config(const FaultsConfig& f, uint32_t rank) {
@@ -67,6 +67,7 @@ FaultPlan fault_plan_from_config(const FaultsConfig& f, uint32_t rank) {
                                             .latched_error = f.latched_error_rate,
                                             .record_failure = f.record_failure_rate,
                                             .delay = f.delay_rate,
+                                            .hang = f.hang_rate,
                                             .only_kind = only_kind(f.direction)});
 }
 

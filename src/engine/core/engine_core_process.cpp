@@ -91,6 +91,13 @@ class EngineCore {
       }
       if (!step_in_flight_ && scheduler_.has_work()) start_step();
       if (Clock::now() >= next_heartbeat) {
+        // F8 without the step's results: a step whose compute waits for a load that never
+        // completes (F10) never ends, and the watchdog excepts transfers in flight.
+        if (step_in_flight_) {
+          if (auto late = scheduler_.overdue_transfer()) {
+            return fail("fail-stop (F8): " + *late + ", and the step waiting for it has not ended");
+          }
+        }
         // H8 at the heartbeat's pace, not every step: a snapshot copies every request's id.
         if (auto stuck = watchdog_.observe(Clock::now(), scheduler_.progress())) {
           return fail("no progress (H8): " + *stuck);

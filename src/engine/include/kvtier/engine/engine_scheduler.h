@@ -131,6 +131,11 @@ class EngineScheduler {
   // Ends every request with `error` (the engine is failing).
   std::vector<RequestUpdate> fail_all(const std::string& error);
 
+  // F8 while a step is in flight: the connector's overdue job (SchedulerConnector::overdue_job),
+  // else nullopt.
+  std::optional<std::string> overdue_transfer() const {
+    return side_.connector ? side_.connector->overdue_job() : std::nullopt;
+  }
   // What the progress watchdog watches (H8).
   ProgressSnapshot progress() const;
   EngineCounters counters() const;
