@@ -68,16 +68,29 @@ Result<std::span<const msgpack::object>> as_array(const msgpack::object& o, std:
   return std::span<const msgpack::object>(o.via.array.ptr, o.via.array.size);
 }
 
-// Calls on(key, value) for each entry of a map with string keys.
+// Calls on(key, value) for each entry of a map with string keys. A key named twice is
+// malformed: list fields would add up (a second "groups" past the bound on the first) and of
+// two values one would silently win.
 template <class F>
 Status for_each_field(const msgpack::object& o, std::string_view what, F&& on) {
   if (o.type != msgpack::type::MAP)
     return bad(codes::kMalformed, std::string(what) + " must be a map");
+  std::vector<std::string_view> names;
+  names.reserve(o.via.map.size);
   for (uint32_t i = 0; i < o.via.map.size; ++i) {
     const msgpack::object_kv& kv = o.via.map.ptr[i];
     if (kv.key.type != msgpack::type::STR) {
       return bad(codes::kMalformed, std::string(what) + " has a key that is not a string");
     }
+    names.push_back(key_name(kv.key));
+  }
+  std::ranges::sort(names);
+  if (auto twice = std::ranges::adjacent_find(names); twice != names.end()) {
+    return bad(codes::kMalformed, std::string(what) + " names field '" +
+                                      std::string(twice->substr(0, 64)) + "' twice");
+  }
+  for (uint32_t i = 0; i < o.via.map.size; ++i) {
+    const msgpack::object_kv& kv = o.via.map.ptr[i];
     if (Status st = on(key_name(kv.key), kv.val); !st) return st;
   }
   return {};

@@ -3,6 +3,7 @@
 // may raise only before it changes cache state; CacheService::handle() turns that into an
 // "internal" error reply.
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -265,6 +266,16 @@ Status CacheService::check_chunks(const Session& s, const Request& r) const {
   }
   const uint32_t per_chunk = s.layout.groups[r.group].blocks_per_chunk;
   const uint32_t num_blocks = s.memory->addresses().groups[r.group].num_blocks;
+  const uint64_t copies =
+      uint64_t{r.blocks.size()} * s.layout.tensors_per_group(r.group) * per_chunk;
+  if (copies > kMaxCopiesPerTransfer) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      std::to_string(r.blocks.size()) + " chunks of " +
+                          std::to_string(s.layout.tensors_per_group(r.group)) + " tensors x " +
+                          std::to_string(per_chunk) + " blocks are " + std::to_string(copies) +
+                          " copies, more than " + std::to_string(kMaxCopiesPerTransfer) +
+                          " in one transfer: split it");
+  }
   for (size_t i = 0; i < r.blocks.size(); ++i) {
     if (r.blocks[i].size() != per_chunk) {
       return make_error(ErrorCode::kInvalidArgument, "chunk " + std::to_string(i) + " lists " +
@@ -296,8 +307,8 @@ void CacheService::handle_transfer(const std::string& client, const Request& r) 
     return;
   }
   const TenantLimits& limits = tenants_[s->tenant].limits;
-  if (auto t = tenant_transfers_.find(s->tenant);
-      t != tenant_transfers_.end() && t->second >= limits.max_transfers) {
+  const auto t = tenant_transfers_.find(s->tenant);
+  if ((t == tenant_transfers_.end() ? 0 : t->second) >= limits.max_transfers) {
     send(client,
          quota_exceeded(r.id, "the tenant has max_transfers (" +
                                   std::to_string(limits.max_transfers) + ") transfers in flight"));
@@ -328,6 +339,15 @@ void CacheService::handle_transfer(const std::string& client, const Request& r) 
     // Write-behind under on_evict: the evicted chunks are copied out before this store's
     // copies rewrite their slots (a no-op without tiers or under on_store).
     if (mover_) mover_->demote_evicted(*plan);
+    // A chunk smaller than a slot (a layout's smaller group) leaves the rest of its slot as the
+    // slot's last chunk had it, perhaps another tenant's: zeroed, so that no RETRIEVE of a
+    // larger group, and no tier the slot is written to, reads what this tenant never stored.
+    const size_t chunk_bytes = s->layout.groups[r.group].chunk_bytes();
+    if (chunk_bytes < pool_.slot_bytes()) {
+      for (const ChunkTransfer& c : chunks) {
+        std::memset(pool_.slot_ptr(c.slot) + chunk_bytes, 0, pool_.slot_bytes() - chunk_bytes);
+      }
+    }
     tenant_of(client).evicted_chunks += plan->evicted.size();
     pending.direction = Direction::kStore;
     pending.keys = plan->keys;

@@ -30,13 +30,13 @@ using server::CurveKeyPair;
 
 // Tenants: alice (at most 8 slots, 2 pins) and carol share the group "prompts"; bob keeps 16
 // slots whatever others store and has one transfer in flight at most; dave has no slot quota,
-// 3 pins and 2 read-locked keys. mallory is nobody's.
+// 3 pins and 2 read-locked keys; erin may have no transfer at all. mallory is nobody's.
 class KvtierdTenantTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!server::curve_available()) GTEST_SKIP() << "libzmq without CURVE";
     server_keys_ = dir_.make("server");
-    for (const char* name : {"alice", "bob", "carol", "dave", "mallory"})
+    for (const char* name : {"alice", "bob", "carol", "dave", "erin", "mallory"})
       keys_[name] = dir_.make(name);
     const auto key = [&](const char* name) { return "[\"" + keys_[name].public_key + "\"]"; };
     tenants_file_ = dir_.write("tenants.yaml",
@@ -53,6 +53,9 @@ class KvtierdTenantTest : public ::testing::Test {
                                    "  dave: {keys: " +
                                    key("dave") +
                                    ", max_pins: 3, max_locks: 2}\n"
+                                   "  erin: {keys: " +
+                                   key("erin") +
+                                   ", max_transfers: 0}\n"
                                    "sharing_groups:\n"
                                    "  prompts: [alice, carol]\n");
   }
@@ -215,6 +218,47 @@ TEST_F(KvtierdTenantTest, ReadThroughIsChargedToTheAskingTenantWithinItsQuota) {
   EXPECT_EQ(stat(*alice, "cache_audit_ok"), 1u);
 }
 
+// A chunk smaller than a slot (a layout of fewer blocks per chunk) never carries what its slot
+// held before: carol's one-block chunks take the slots of dave's four-block ones, and carol's
+// RETRIEVE of them as four-block chunks reads her bytes and zeros, none of dave's.
+TEST_F(KvtierdTenantTest, ASmallChunkNeverCarriesWhatItsSlotHeldBefore) {
+  start();
+  SharedKvRegion d_region, big_region;                        // 4 blocks a chunk: a whole slot
+  SharedKvRegion small_region(32, Backing::kSealedMemfd, 1);  // 1 block: a quarter of one
+  auto dave = connect("dave", d_region);
+  auto carol_small = connect("carol", small_region);
+  auto carol_big = connect("carol", big_region);
+  for (uint32_t b = 0; b < 32; ++b) d_region.fill_block(b, 700 + b);
+  for (uint32_t b = 0; b < 32; ++b) small_region.fill_block(b, 100 + b);
+  ASSERT_NO_FATAL_FAILURE(flood(*dave, d_region, 4000, 64));  // every slot of the pool
+  ASSERT_NO_FATAL_FAILURE(flood(*carol_small, small_region, 5000, 64));
+  ASSERT_EQ(stat(*carol_small, "tenant_slots"), 64u) << "carol's chunks took every slot";
+  const size_t lb = big_region.layout().groups[0].layer_block_bytes();
+  const auto zeros = std::vector<std::byte>(lb);
+  for (uint64_t call = 0; call < 8; ++call) {
+    const TransferResult r =
+        carol_big
+            ->retrieve(10 + call, 0, test_keys(5000 + call * 8, 8), consecutive_blocks(0, 8, 4))
+            .get();
+    ASSERT_EQ(r.outcome, Outcome::kCompleted) << r.error;
+    for (uint32_t c = 0; c < 8; ++c) {
+      const std::vector<std::byte> stored = small_region.block_bytes(c);  // the slot's first bytes
+      for (uint32_t j = 0; j < 4; ++j) {
+        const std::vector<std::byte> got = big_region.block_bytes(c * 4 + j);
+        for (uint32_t l = 0; l < 3; ++l) {
+          const size_t at = (l * 4 + j) * lb;  // where the piece lies in the slot
+          const auto piece =
+              std::vector<std::byte>(got.begin() + l * lb, got.begin() + (l + 1) * lb);
+          const auto want = at < stored.size() ? std::vector<std::byte>(stored.begin() + at,
+                                                                        stored.begin() + at + lb)
+                                               : zeros;
+          ASSERT_EQ(piece, want) << "chunk " << call * 8 + c << ", slot bytes from " << at;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(KvtierdTenantTest, LockAndTransferQuotasAreQuotaExceeded) {
   start();
   SharedKvRegion b_region, d_region;
@@ -239,6 +283,12 @@ TEST_F(KvtierdTenantTest, LockAndTransferQuotasAreQuotaExceeded) {
   // Another tenant's transfers are not bob's to count.
   EXPECT_EQ(store(*dave, d_region, test_keys(92, 1)).outcome, Outcome::kCompleted);
   EXPECT_EQ(stat(*dave, "quota_rejections"), 2u);
+  // erin's max_transfers (0): not even one.
+  SharedKvRegion e_region;
+  auto erin = connect("erin", e_region);
+  const TransferResult none = store(*erin, e_region, test_keys(93, 1));
+  EXPECT_EQ(none.outcome, Outcome::kFailed);
+  EXPECT_NE(none.error.find("quota_exceeded"), std::string::npos) << none.error;
   server_->kill_now();  // the hung copies end with the process
 }
 

@@ -30,8 +30,11 @@ enum class Backing {
 
 class SharedKvRegion {
  public:
-  explicit SharedKvRegion(uint32_t num_blocks = 32, Backing backing = Backing::kSealedMemfd)
-      : layout_(small_layout(DeviceLayout::kPerLayer)), num_blocks_(num_blocks), backing_(backing) {
+  explicit SharedKvRegion(uint32_t num_blocks = 32, Backing backing = Backing::kSealedMemfd,
+                          uint32_t blocks_per_chunk = 4)
+      : layout_(small_layout(DeviceLayout::kPerLayer, blocks_per_chunk)),
+        num_blocks_(num_blocks),
+        backing_(backing) {
     static std::atomic<int> n{0};
     name_ = "/kvtier-test-kv-" + std::to_string(getpid()) + "-" + std::to_string(n++);
     tensor_bytes_ = layout_.tensor_bytes(0, num_blocks).value();

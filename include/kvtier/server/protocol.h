@@ -35,6 +35,9 @@ inline constexpr size_t kMaxKeysPerRequest = 65536;
 inline constexpr size_t kMaxBlocksPerChunk = 65536;
 inline constexpr size_t kMaxGroups = 64;
 inline constexpr size_t kMaxTensorsPerGroup = 4096;
+// Copies one STORE or RETRIEVE may ask for: keys x tensors x blocks per chunk (each copy is a
+// descriptor the server holds until the transfer ends).
+inline constexpr uint64_t kMaxCopiesPerTransfer = uint64_t{1} << 22;
 // Requests in one batch frame (a MessagePack array of request maps; docs/protocol.md).
 inline constexpr size_t kMaxBatchRequests = 1024;
 

@@ -628,3 +628,65 @@ def test_out_of_order_requests(server):
     c.close()
     memory.close()
     assert_second_client_served(server)
+
+
+def test_a_field_named_twice_is_malformed(server):
+    # Python's dicts cannot repeat a key: the maps are packed entry by entry.
+    def packed_map(entries):
+        packer = msgpack.Packer(use_bin_type=True)
+        return packer.pack_map_header(len(entries)) + b"".join(
+            packer.pack(k) + packer.pack(v) for k, v in entries)
+
+    c = Client(server)
+    c.send_raw([packed_map([("v", 1), ("id", 4301), ("op", "PING"), ("op", "STATS")])])
+    reply = expect_error(c.receive(), "malformed")
+    assert "'op' twice" in reply["msg"], reply
+    # A repeated list field inside a nested map: its lists would add up past their bounds.
+    memory = Memory()
+    group = packed_map([("num_blocks", NUM_BLOCKS), ("offsets", [0, TENSOR]),
+                        ("offsets", [2 * TENSOR])])
+    described = memory.describe()
+    packer = msgpack.Packer(use_bin_type=True)
+    memory_map = (packer.pack_map_header(4) + packer.pack("pid") + packer.pack(described["pid"]) +
+                  packer.pack("fd") + packer.pack(described["fd"]) + packer.pack("bytes") +
+                  packer.pack(MEMORY_BYTES) + packer.pack("groups") + packer.pack_array_header(1) +
+                  group)
+    frame = (packer.pack_map_header(6) + packer.pack("v") + packer.pack(1) + packer.pack("id") +
+             packer.pack(4302) + packer.pack("op") + packer.pack("REGISTER") +
+             packer.pack("rank") + packer.pack(0) + packer.pack("layout") +
+             packer.pack({"device_layout": "per_layer", "groups": [LAYOUT]}) +
+             packer.pack("memory") + memory_map)
+    c.send_raw([frame])
+    reply = expect_error(c.receive(), "malformed")
+    assert reply["id"] == 4302 and "'offsets' twice" in reply["msg"], reply
+    assert c.no_more_replies()
+    c.close()
+    memory.close()
+    assert_second_client_served(server)
+
+
+def test_a_transfer_of_too_many_copies_is_refused_before_any_is_made():
+    # A layout of 1,536 two-byte tensors with one block a chunk fills a 3 KiB slot with 1,536
+    # copies: 2,731 chunks are more copies than one transfer may ask for (4,194,304), 2,730 not.
+    s = Server(["server.max_frame_bytes=1048576"])
+    try:
+        c, memory = Client(s), Memory()
+        tensors = 1536
+        layout = {"layers": tensors, "kv_heads": 1, "head_dim": 1, "dtype_bytes": 1,
+                  "block_size": 1, "blocks_per_chunk": 1}
+        described = dict(memory.describe(), groups=[
+            {"offsets": [2 * t for t in range(tensors)], "num_blocks": 1}])
+        assert c.call({"op": "REGISTER", "rank": 0,
+                       "layout": {"device_layout": "per_layer", "groups": [layout]},
+                       "memory": described})["ok"]
+        over = c.call({"op": "RETRIEVE", "keys": [key(1)] * 2731, "blocks": [[0]] * 2731})
+        expect_error(over, "invalid_argument")
+        assert "4194304" in over["msg"], over
+        # Within the bound the same request is decided on its keys (never stored: not found).
+        expect_error(c.call({"op": "RETRIEVE", "keys": [key(1)] * 2730, "blocks": [[0]] * 2730}),
+                     "not_found")
+        assert c.call({"op": "UNREGISTER"})["ok"]
+        c.close()
+        memory.close()
+    finally:
+        s.stop()
