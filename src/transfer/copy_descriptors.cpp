@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace kvtier {
 
@@ -32,11 +33,17 @@ void validate_addresses(const KvLayout& layout, const KvCacheAddresses& caches,
 
 namespace {
 
-void append(std::vector<CopyDescriptor>& out, DeviceAddress device, DeviceAddress host,
-            uint64_t bytes, Direction direction, bool coalesce) {
+// One copy of `bytes` between `device`, in the KV cache tensor that starts at `tensor`, and
+// `host`. With `coalesce` it extends the last copy where both sides continue it and the device
+// side stays in the same tensor: two tensors that happen to lie back to back are still two
+// allocations, and a device checks each copy against one registered range.
+void append(std::vector<CopyDescriptor>& out, DeviceAddress& last_tensor, DeviceAddress tensor,
+            DeviceAddress device, DeviceAddress host, uint64_t bytes, Direction direction,
+            bool coalesce) {
   const DeviceAddress src = direction == Direction::kStore ? device : host;
   const DeviceAddress dst = direction == Direction::kStore ? host : device;
-  if (coalesce && !out.empty()) {
+  const bool same_tensor = std::exchange(last_tensor, tensor) == tensor;
+  if (coalesce && same_tensor && !out.empty()) {
     CopyDescriptor& last = out.back();
     if (last.src + last.bytes == src && last.dst + last.bytes == dst) {
       last.bytes += bytes;
@@ -54,6 +61,7 @@ std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
                                                    std::span<const ChunkTransfer> chunks,
                                                    bool coalesce) {
   std::vector<CopyDescriptor> out;
+  DeviceAddress last_tensor = 0;  // of the last copy
   for (const ChunkTransfer& chunk : chunks) {
     if (chunk.group >= layout.groups.size() || chunk.group >= caches.groups.size()) {
       throw std::invalid_argument("chunk transfer: group " + std::to_string(chunk.group) +
@@ -92,7 +100,8 @@ std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
       for (uint32_t l = first_layer; l < end_layer; ++l) {
         const DeviceAddress host_layer = slot + uint64_t{l} * g.blocks_per_chunk * piece;
         for (uint32_t j = chunk.first_block; j < g.blocks_per_chunk; ++j) {
-          append(out, cache.bases[l] + chunk.blocks[j - chunk.first_block] * piece,
+          append(out, last_tensor, cache.bases[l],
+                 cache.bases[l] + chunk.blocks[j - chunk.first_block] * piece,
                  host_layer + j * piece, piece, direction, coalesce);
         }
       }
@@ -101,13 +110,15 @@ std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
       const uint64_t piece = g.layer_block_bytes();
       const uint64_t offset = uint64_t{chunk.layer} * piece;
       for (uint32_t j = chunk.first_block; j < g.blocks_per_chunk; ++j) {
-        append(out, cache.bases[0] + chunk.blocks[j - chunk.first_block] * g.block_bytes() + offset,
+        append(out, last_tensor, cache.bases[0],
+               cache.bases[0] + chunk.blocks[j - chunk.first_block] * g.block_bytes() + offset,
                slot + j * g.block_bytes() + offset, piece, direction, coalesce);
       }
     } else {
       const uint64_t piece = g.block_bytes();
       for (uint32_t j = chunk.first_block; j < g.blocks_per_chunk; ++j) {
-        append(out, cache.bases[0] + chunk.blocks[j - chunk.first_block] * piece, slot + j * piece,
+        append(out, last_tensor, cache.bases[0],
+               cache.bases[0] + chunk.blocks[j - chunk.first_block] * piece, slot + j * piece,
                piece, direction, coalesce);
       }
     }

@@ -54,6 +54,30 @@ TEST(CopyDescriptors, PerLayerConsecutiveBlocksCoalesceToOneDescriptorPerLayer) 
             a.slots.base + 2 * a.slots.slot_bytes + g.blocks_per_chunk * g.layer_block_bytes());
 }
 
+// Tensors allocated back to back (a device allocator may place them so) are still separate
+// allocations: a copy never spans two, however well their bytes line up. Here every layer's
+// tensor is exactly one chunk, so a chunk of blocks 0-3 ends each layer where the next begins.
+TEST(CopyDescriptors, ACopyNeverSpansTwoTensorsThatLieBackToBack) {
+  const KvLayout layout = small_layout(DeviceLayout::kPerLayer);
+  const KvGroup& g = layout.groups[0];
+  const uint64_t tensor_bytes = g.blocks_per_chunk * g.layer_block_bytes();
+  Addresses a(layout);
+  a.caches.groups[0].num_blocks = g.blocks_per_chunk;
+  for (uint32_t l = 0; l < g.layers; ++l) a.caches.groups[0].bases[l] = 0x100000 + l * tensor_bytes;
+  const auto chunks = {chunk({0, 1, 2, 3}, 0), chunk({0, 1, 2, 3}, 1)};
+  for (Direction direction : {Direction::kStore, Direction::kLoad}) {
+    const auto copies = build_copy_descriptors(layout, a.caches, a.slots, direction, chunks, true);
+    EXPECT_EQ(copies.size(), 2 * g.layers) << "one copy per tensor and chunk";
+    EXPECT_EQ(total_bytes(copies), 2 * g.chunk_bytes());
+    for (const CopyDescriptor& c : copies) {
+      const DeviceAddress device = direction == Direction::kStore ? c.src : c.dst;
+      const uint64_t first = (device - 0x100000) / tensor_bytes;
+      const uint64_t last = (device + c.bytes - 1 - 0x100000) / tensor_bytes;
+      EXPECT_EQ(first, last) << "a copy of " << c.bytes << " bytes from " << device;
+    }
+  }
+}
+
 TEST(CopyDescriptors, PartialChunkLoadCopiesOnlyTheBlocksFromFirstBlock) {
   for (DeviceLayout device_layout : {DeviceLayout::kPerLayer, DeviceLayout::kCrossLayer}) {
     const KvLayout layout = small_layout(device_layout);
