@@ -32,6 +32,23 @@ std::set<ChunkKey> findable(BlockPool& pool) {
   return out;
 }
 
+// A request's table released and then partly evicted leaves its head cached, not its tail:
+// a lookup matches from the first block, so a cached tail without its head is of no use.
+TEST(BlockPool, ATableReleasedKeepsItsHeadCachedLongest) {
+  BlockPool pool(6);
+  std::vector<uint32_t> table;
+  std::vector<ChunkKey> keys;
+  for (uint64_t i = 0; i < 4; ++i) {
+    table.push_back(*pool.allocate());
+    keys.push_back(key(i));
+    pool.cache(table.back(), keys.back(), i == 0 ? std::nullopt : std::optional(keys[i - 1]));
+  }
+  pool.release_table(table);
+  // Another request takes the two free blocks and two of the table's.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(pool.allocate());
+  EXPECT_EQ(pool.cached_prefix(keys), 2u) << "the table's first two blocks are still cached";
+}
+
 TEST(BlockPoolEvents, EveryCachedBlockIsAnnouncedAndEveryEvictedOneWithdrawn) {
   testing::TempDir dir;
   const std::string endpoint = "ipc://" + (dir.path() / "events").string();

@@ -158,11 +158,19 @@ void run_scenario(uint64_t seed, TransferGranularity granularity) {
     ASSERT_LT(++step, bound) << "requests did not finish within " << bound << " steps ("
                              << rig.done_count() << " of " << s.requests.size() << " done)";
   }
+  uint64_t prompt_tokens = 0;
   for (const auto& r : s.requests) {
     const auto& got = rig.results().at(r.id);
     ASSERT_EQ(got.error, "") << r.id;
     ASSERT_EQ(got.tokens, alone(s.config, r.prompt, r.max_tokens)) << r.id;
+    // What a client is told of its prompt's cache: said once, the same in every update after.
+    EXPECT_LE(got.cached_tokens.value_or(0), r.prompt.size()) << r.id;
+    EXPECT_FALSE(got.cached_tokens_changed) << r.id;
+    prompt_tokens += r.prompt.size();
   }
+  // Recomputed after failed loads: at most every prompt once per preemption and once more.
+  const EngineCounters counters = rig.scheduler().counters();
+  EXPECT_LE(counters.recomputed_tokens, prompt_tokens * (counters.preemptions + 1));
   EXPECT_FALSE(rig.scheduler().fail_stopped()) << rig.scheduler().fail_stop_reason();
 }
 
@@ -244,6 +252,55 @@ TEST(EngineScheduler, F4_LayerwiseFailedLoadDropsWhatItsStepComputed) {
     ASSERT_EQ(updates.size(), 1u);
     EXPECT_TRUE(updates[0].done);
   }
+}
+
+// A request preempted after its first token, admitted again with part of its prompt on the
+// device and the next part in the host cache, whose load then fails: what its first update told
+// the client of its cached tokens stays (the figure is the first admission's), and the tokens
+// the failed load leaves to compute are counted from where that load was to end.
+TEST(EngineScheduler, ARequestAdmittedAgainKeepsItsReportedCacheAndCountsWhatItRecomputes) {
+  Config c = base_config(0);
+  c.engine.device_blocks = 8;  // 128 tokens
+  EngineScheduler s(c, engine_shape(c));
+  // One rank: stores complete, loads fail (reporting their blocks).
+  std::vector<RequestUpdate> updates;
+  auto step = [&] {
+    const StepPlan plan = s.plan_step();
+    WorkerOutput out{.rank = 0, .invalid_blocks = GroupBlocks(1)};
+    for (const TransferJob& j : plan.metadata.stores) out.finished.push_back({j.job});
+    for (const TransferJob& j : plan.metadata.loads) {
+      out.finished.push_back({j.job, Outcome::kFailed, "injected"});
+      for (const ChunkTransfer& chunk : j.chunks) {
+        out.invalid_blocks[0].insert(out.invalid_blocks[0].end(), chunk.blocks.begin(),
+                                     chunk.blocks.end());
+      }
+    }
+    for (RequestUpdate& u : s.finish_step(std::vector<TokenId>(plan.batch.size(), 7), {out}))
+      updates.push_back(std::move(u));
+    return plan;
+  };
+  std::mt19937_64 rng(9);
+  // o (older) grows to 6 blocks; a's 64-token prompt goes to the host cache in its first step,
+  // and a is preempted when o and a both need a block and one is left.
+  s.add("o", random_tokens(rng, 16), 70);
+  s.add("a", random_tokens(rng, 64), 40);
+  std::vector<size_t> load_chunks;  // of each load
+  for (int i = 0; i < 300 && s.counters().running + s.counters().waiting > 0; ++i) {
+    const StepPlan plan = step();
+    for (const TransferJob& j : plan.metadata.loads) load_chunks.push_back(j.chunks.size());
+  }
+  ASSERT_GE(s.counters().preemptions, 1u);
+  // a came back with its first chunk still on the device and its second in the host cache.
+  ASSERT_EQ(load_chunks, std::vector<size_t>{1});
+  std::optional<size_t> reported;
+  for (const RequestUpdate& u : updates) {
+    if (u.id != "a" || u.new_tokens.empty()) continue;
+    if (!reported) reported = u.cached_tokens;
+    EXPECT_EQ(u.cached_tokens, *reported) << "a's cached tokens changed after they were reported";
+  }
+  EXPECT_EQ(reported, 0u) << "nothing of a was cached when it was first admitted";
+  EXPECT_GT(s.counters().recomputed_tokens, 0u);
+  EXPECT_LE(s.counters().recomputed_tokens, 64u) << "at most a's prompt, once";
 }
 
 TEST(EngineScheduler, H8_RequestThatCanNeverFitTheDeviceIsRejected) {

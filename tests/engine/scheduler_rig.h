@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,9 @@ class SchedulerRig {
     std::string error;
     bool rejected = false;
     bool done = false;
+    // The cached tokens of its first update with a token, and whether a later one said other.
+    std::optional<size_t> cached_tokens;
+    bool cached_tokens_changed = false;
   };
   const std::map<std::string, Result>& results() const { return results_; }
   size_t done_count() const {
@@ -107,6 +111,10 @@ class SchedulerRig {
  private:
   void record(const RequestUpdate& u) {
     Result& r = results_[u.id];
+    if (!u.new_tokens.empty()) {
+      if (r.cached_tokens && *r.cached_tokens != u.cached_tokens) r.cached_tokens_changed = true;
+      if (!r.cached_tokens) r.cached_tokens = u.cached_tokens;
+    }
     r.tokens.insert(r.tokens.end(), u.new_tokens.begin(), u.new_tokens.end());
     if (!u.error.empty()) r.error = u.error;
     r.rejected = r.rejected || u.rejected;

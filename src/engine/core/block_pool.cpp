@@ -58,6 +58,10 @@ void BlockPool::release(uint32_t block) {
   }
 }
 
+void BlockPool::release_table(std::span<const uint32_t> table) {
+  for (auto b = table.rbegin(); b != table.rend(); ++b) release(*b);
+}
+
 void BlockPool::cache(uint32_t block, const ChunkKey& key, std::optional<ChunkKey> parent,
                       std::span<const TokenId> tokens) {
   if (keys_[block] || by_key_.contains(key)) return;

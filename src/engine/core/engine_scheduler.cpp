@@ -19,6 +19,7 @@ struct EngineScheduler::Request {
   size_t cached_blocks = 0;          // blocks registered in the device prefix cache
   size_t cached_tokens = 0;          // of the prompt, not computed (reported once)
   size_t load_from = 0;              // num_computed when its load started
+  size_t load_to = 0;                // and where the load ends
   uint64_t progress_mark = 0;        // most tokens ever computed (H8)
   bool reported_cache = false;
   bool aborted = false;  // ends once its load has ended
@@ -126,7 +127,7 @@ bool EngineScheduler::ensure_blocks(Request& r, size_t tokens) {
 }
 
 void EngineScheduler::release_blocks(Request& r) {
-  for (uint32_t b : r.blocks) blocks_.release(b);
+  blocks_.release_table(r.blocks);
   r.blocks.clear();
   r.blocks_given = 0;
   r.cached_blocks = 0;
@@ -169,9 +170,7 @@ EngineScheduler::Admission EngineScheduler::admit(Request& r, size_t& budget,
   const size_t usable = (r.tokens.size() - 1) / bs;
   std::vector<uint32_t> hit = blocks_.acquire_cached(std::span(r.block_keys).first(usable));
   const size_t device_tokens = hit.size() * bs;
-  auto give_back = [&] {
-    for (uint32_t b : hit) blocks_.release(b);
-  };
+  auto give_back = [&] { blocks_.release_table(hit); };
   // No room for the whole request, whatever the connector would match (a loaded token needs a
   // block too): the connector is not asked. A lookup of kvtierd's costs a round trip, and the
   // request at the head of the queue is asked again every step until it fits.
@@ -212,6 +211,7 @@ EngineScheduler::Admission EngineScheduler::admit(Request& r, size_t& budget,
   if (match.tokens > 0) {
     r.state = State::kLoading;
     r.load_from = device_tokens;
+    r.load_to = device_tokens + match.tokens;
     if (loads_in_step_) {
       // Computed in this step from the load's end, after the load (or each layer after that
       // layer's load); kept only if the load completes (finish_step).
@@ -372,13 +372,14 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
     if (it == requests_.end()) continue;
     Request& r = *it->second;
     if (l.outcome == Outcome::kUnprovable) continue;  // the engine is failing (F7)
-    const size_t wanted = r.cached_tokens - r.load_from;
     r.num_computed = l.num_computed;
     r.progress_mark = std::max<uint64_t>(r.progress_mark, r.num_computed);
     counters_.kvtier_hit_tokens += l.num_computed - r.load_from;
     if (l.outcome == Outcome::kFailed) {
-      counters_.recomputed_tokens += r.load_from + wanted - l.num_computed;
-      r.cached_tokens = l.num_computed;  // F4: the rest is recomputed
+      counters_.recomputed_tokens += r.load_to - l.num_computed;
+      // F4: the rest is recomputed. A request admitted again after a preemption reported its
+      // cached tokens with its first token already: that figure stays.
+      if (!r.reported_cache) r.cached_tokens = l.num_computed;
     }
     const auto held = std::exchange(r.held, std::nullopt);
     r.computes_with_load = false;
@@ -391,7 +392,7 @@ std::vector<RequestUpdate> EngineScheduler::finish_step(const std::vector<TokenI
       }
       // Layer-wise: what the load's step computed from the load's end is kept only when the
       // load completed; otherwise it read unknown KV and is computed again (F4).
-      if (held && l.outcome == Outcome::kCompleted && r.num_computed == r.load_from + wanted) {
+      if (held && l.outcome == Outcome::kCompleted && r.num_computed == r.load_to) {
         computed(r, held->first, held->second, updates, done);
       }
     }

@@ -35,6 +35,10 @@ class BlockPool {
   std::optional<uint32_t> allocate();
   // Drops one hold; a cached block stays findable until evicted, an uncached one is free.
   void release(uint32_t block);
+  // Drops one hold on each block of a request's table, the last first: the least recently
+  // released go first, so the table's tail is evicted before its head and what stays cached is
+  // a prefix, which is what a lookup matches (from the first block on).
+  void release_table(std::span<const uint32_t> table);
   // The block's KV is complete for `key`'s prefix: later requests may share it. A key already
   // cached in another block keeps that block. `parent` (the key of the block before, none for
   // the first) and `tokens` (the block's) go into its KV event.
