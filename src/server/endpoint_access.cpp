@@ -98,11 +98,15 @@ void IpcSocketFile::remove() {
 
 Status check_endpoint_access(const ServerConfig& server, std::string& warning) {
   warning.clear();
-  if (!server.tenants_file.empty() || server.endpoint.starts_with(kIpc)) return {};
+  // ipc://@name is Linux's abstract namespace: no file, so no mode keeps other users out.
+  const bool abstract = server.endpoint.starts_with("ipc://@");
+  if (!server.tenants_file.empty() || (server.endpoint.starts_with(kIpc) && !abstract)) return {};
   if (!server.insecure) {
     return make_error(ErrorCode::kInvalidArgument,
                       "server.endpoint " + server.endpoint +
-                          " is not ipc://, so kvtierd requires CURVE: set server.tenants_file and "
+                          (abstract ? " is an abstract ipc:// socket (any user can connect)"
+                                    : " is not ipc://") +
+                          ", so kvtierd requires CURVE: set server.tenants_file and "
                           "server.curve_key_file (docs/operations.md), or accept any client that "
                           "reaches it with server.insecure=true (kvtier server --insecure)");
   }
@@ -130,8 +134,8 @@ Status enable_curve_server(zmq::socket_t& router, const ServerConfig& server) {
 }
 
 Result<IpcSocketFile> bind_endpoint(zmq::socket_t& router, const ServerConfig& server) {
-  // ipc://@name is Linux's abstract namespace: no file, so no mode (a peer's credentials are
-  // not checked; use a path). ipc://* is a file libzmq names.
+  // ipc://@name is Linux's abstract namespace: no file, so no mode (check_endpoint_access
+  // treats it as a network endpoint). ipc://* is a file libzmq names.
   const bool ipc = server.endpoint.starts_with(kIpc) && !server.endpoint.starts_with("ipc://@") &&
                    server.endpoint != "ipc://*";
   const std::string path = ipc ? server.endpoint.substr(kIpc.size()) : std::string();

@@ -1,9 +1,10 @@
 // Who may reach kvtierd's endpoint (docs/operations.md, "Access control"):
 // - With server.tenants_file: CURVE. The ROUTER is a CURVE server with kvtierd's key pair
 //   (server.curve_key_file); the ZAP handler (zap_handler.h) admits the listed public keys.
-// - Without it: no authentication; every client is the default tenant. Allowed on ipc:// (the
-//   socket file is created with mode 0600, or 0660 for server.ipc_group) and on any other
-//   transport only with server.insecure (a warning is logged).
+// - Without it: no authentication; every client is the default tenant. Allowed on ipc:// with
+//   a path (the socket file is created with mode 0600, or 0660 for server.ipc_group) and on any
+//   other transport, the abstract ipc://@name included, only with server.insecure (a warning
+//   is logged).
 #pragma once
 
 #include <sys/types.h>
@@ -17,7 +18,7 @@
 
 namespace kvtier::server {
 
-// The transport's rule above: kInvalidArgument for a non-ipc:// endpoint without
+// The transport's rule above: kInvalidArgument for an endpoint other than an ipc:// path without
 // server.tenants_file or server.insecure. A warning to log (else "") in `warning`.
 Status check_endpoint_access(const ServerConfig& server, std::string& warning);
 // Makes `router` a CURVE server with the key pair in server.curve_key_file (before bind).

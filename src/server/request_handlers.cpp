@@ -67,6 +67,14 @@ void CacheService::dispatch(const Envelope& e) {
     case Op::kStats:
       return handle_stats(client, e.tenant, r);
     case Op::kShutdown:
+      // Tenants share the server: none of them may stop it for the others (the operator's
+      // SIGTERM does).
+      if (tenants_.curve()) {
+        error(client, r.id, codes::kPermissionDenied,
+              "SHUTDOWN is refused where tenants share kvtierd (server.tenants_file): stop it "
+              "with SIGTERM");
+        return;
+      }
       ok(client, r.id);
       draining_ = true;
       return;

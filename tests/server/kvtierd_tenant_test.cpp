@@ -370,6 +370,20 @@ class CurvePeer {
   zmq::socket_t socket_;
 };
 
+// Tenants share the server: one of them cannot stop it for the others.
+TEST_F(KvtierdTenantTest, NoTenantCanShutTheServerDown) {
+  start();
+  SharedKvRegion a_region, b_region;
+  auto alice = connect("alice", a_region);
+  auto bob = connect("bob", b_region);
+  const Status down = alice->shutdown_server().get();
+  ASSERT_FALSE(down);
+  EXPECT_NE(down.error().message.find("permission_denied"), std::string::npos)
+      << down.error().message;
+  EXPECT_EQ(store(*bob, b_region, test_keys(60, 1)).outcome, Outcome::kCompleted)
+      << "the server still serves";
+}
+
 TEST_F(KvtierdTenantTest, ARoutingIdNeverPassesToAnotherTenant) {
   start({"server.client_timeout_s=30"});  // alice's peer entry outlives her connection
   {
@@ -467,6 +481,20 @@ uint16_t free_tcp_port() {
 
 TEST(KvtierdAccess, TcpWithoutCurveNeedsInsecure) {
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_tcp_port());
+  KvtierdProcess refused(endpoint, fast_server_settings());
+  EXPECT_EQ(refused.wait_exit(10s), std::optional<int>(1));
+  KvtierdProcess insecure(endpoint, {"server.insecure=true", "server.heartbeat_interval_s=0.25",
+                                     "server.client_timeout_s=1"});
+  RawPeer peer(endpoint);
+  auto pong = peer.call(server::Request{.id = 1, .op = server::Op::kPing}, 10s);
+  ASSERT_TRUE(pong);
+  EXPECT_TRUE(pong->ok);
+}
+
+// An abstract socket (ipc://@name) has no file whose mode keeps other users out: like TCP, it
+// needs CURVE or server.insecure.
+TEST(KvtierdAccess, AnAbstractIpcSocketNeedsCurveOrInsecure) {
+  const std::string endpoint = "ipc://@kvtier-test-" + std::to_string(getpid()) + "-abstract";
   KvtierdProcess refused(endpoint, fast_server_settings());
   EXPECT_EQ(refused.wait_exit(10s), std::optional<int>(1));
   KvtierdProcess insecure(endpoint, {"server.insecure=true", "server.heartbeat_interval_s=0.25",
