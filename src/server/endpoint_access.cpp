@@ -102,13 +102,13 @@ Status check_endpoint_access(const ServerConfig& server, std::string& warning) {
   const bool abstract = server.endpoint.starts_with("ipc://@");
   if (!server.tenants_file.empty() || (server.endpoint.starts_with(kIpc) && !abstract)) return {};
   if (!server.insecure) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "server.endpoint " + server.endpoint +
-                          (abstract ? " is an abstract ipc:// socket (any user can connect)"
-                                    : " is not ipc://") +
-                          ", so kvtierd requires CURVE: set server.tenants_file and "
-                          "server.curve_key_file (docs/operations.md), or accept any client that "
-                          "reaches it with server.insecure=true (kvtier server --insecure)");
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        "server.endpoint " + server.endpoint +
+            (abstract ? " is an abstract ipc:// socket (any user can connect)" : " is not ipc://") +
+            ", so kvtierd requires CURVE: set server.tenants_file and "
+            "server.curve_key_file (docs/operations.md), or accept any client that "
+            "reaches it with server.insecure=true (kvtier server --insecure)");
   }
   warning = "serving " + server.endpoint +
             " without authentication (server.insecure): anyone who reaches it reads and writes "
