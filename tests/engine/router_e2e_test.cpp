@@ -302,6 +302,15 @@ TEST(RouterE2E, BadInputGetsA4xxAndAClientThatHangsUpEndsItsBackendRequest) {
       [&] { return metric(backend->get("/metrics").body, "kvtier_requests_in_flight") == 0; },
       5000ms))
       << "the backend's request was aborted";
+  // And one that hangs up on a whole answer it waits for (nothing comes from the backend until
+  // the end): the router notices the closed connection, not only a failed write.
+  const HttpReply gave_up =
+      router->post("/v1/completions", {{"prompt", "hang up"}, {"max_tokens", 16000}}, 500ms);
+  EXPECT_EQ(gave_up.status, 0) << gave_up.body;
+  EXPECT_TRUE(wait_until(
+      [&] { return metric(backend->get("/metrics").body, "kvtier_requests_in_flight") == 0; },
+      5000ms))
+      << "the backend's request was aborted";
   EXPECT_EQ(router->get("/health").status, 200);
   EXPECT_EQ(post_routed(*router, {{"prompt", "still here"}, {"max_tokens", 4}}).status, 200);
   // SIGTERM: the router stops and exits 0.

@@ -275,5 +275,19 @@ TEST(ServeLiveness, H8_ClientThatHangsUpEndsItsNonStreamingRequest) {
   EXPECT_EQ(serve->get("/health").status, 200);
 }
 
+// The same while the request yields tokens steadily (16,000 of them: some 10 s), so that the
+// frontend's waits for them never time out: it still notices the client that hung up.
+TEST(ServeLiveness, H8_ClientThatHangsUpWhileTokensFlowEndsItsNonStreamingRequest) {
+  auto serve = start_ready({});
+  ASSERT_TRUE(serve);
+  const HttpReply gave_up =
+      serve->post("/v1/completions", {{"prompt", "abandoned"}, {"max_tokens", 16000}}, 500ms);
+  EXPECT_EQ(gave_up.status, 0);
+  EXPECT_TRUE(wait_until(
+      [&] { return metric(serve->get("/metrics").body, "kvtier_requests_in_flight") == 0; },
+      3000ms))
+      << serve->get("/metrics").body;
+}
+
 }  // namespace
 }  // namespace kvtier::test

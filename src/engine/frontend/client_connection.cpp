@@ -1,4 +1,4 @@
-#include "client_connection.h"
+#include "kvtier/engine/client_connection.h"
 
 #include <arpa/inet.h>
 #include <sys/socket.h>

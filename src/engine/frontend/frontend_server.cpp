@@ -6,8 +6,8 @@
 #include <ctime>
 #include <iostream>
 
-#include "client_connection.h"
 #include "kvtier/engine/byte_vocab.h"
+#include "kvtier/engine/client_connection.h"
 #include "kvtier/engine/engine_shape.h"
 #include "kvtier/engine/http_endpoint.h"
 #include "kvtier/engine/http_json.h"
@@ -149,15 +149,20 @@ struct FrontendServer::Impl {
   }
 
   // Waits for the whole output; each wait is bounded (see Exchange::next). A client that hung
-  // up ends the request; its answer goes nowhere.
+  // up ends the request; its answer goes nowhere. Its connection is looked at after every wait,
+  // not only after one that timed out: a request that yields tokens steadily never times out.
   static void whole_response(httplib::Response& res, Exchange& exchange) {
     std::vector<TokenId> tokens;
     for (;;) {
       std::optional<StreamEvent> event = exchange.next();
-      if (!event) {
-        if (exchange.client_gone()) return;
-        continue;
+      if (exchange.client_gone()) {
+        // Nobody reads this (a client that only half-closed might): an error, never a 200
+        // without a body.
+        reply_json(res, 499,
+                   engine_error(499, "the client closed its connection", "client_closed").body());
+        return;
       }
+      if (!event) continue;
       tokens.insert(tokens.end(), event->tokens.begin(), event->tokens.end());
       if (event->kind == StreamEvent::Kind::kError) {
         reply_json(res, event->http_status, error_of(*event).body());

@@ -11,6 +11,7 @@
 
 #include "kvtier/core/log.h"
 #include "kvtier/core/stop_signals.h"
+#include "kvtier/engine/client_connection.h"
 #include "kvtier/engine/http_endpoint.h"
 #include "kvtier/engine/http_json.h"
 #include "kvtier/engine/openai_request.h"
@@ -40,7 +41,8 @@ struct Relay {
   bool ended = false;
   std::string error;  // why the backend request failed, when it did
   bool connected = true;
-  std::atomic<bool> cancel{false};  // the client went away: end the backend's request
+  std::atomic<bool> cancel{false};    // the client went away: end the backend's request
+  httplib::Client* client = nullptr;  // the thread's, while it sends
   std::thread thread;
 
   void start(const BackendAddress& backend, const httplib::Request& client_request,
@@ -48,6 +50,10 @@ struct Relay {
     thread = std::thread([this, host = backend.host, port = backend.port,
                           path = client_request.path, body = client_request.body, read_timeout] {
       httplib::Client client(host, port);
+      {
+        std::lock_guard lock(mutex);
+        this->client = &client;
+      }
       client.set_connection_timeout(kConnectTimeout);
       client.set_read_timeout(read_timeout);
       client.set_write_timeout(std::chrono::seconds(30));
@@ -71,6 +77,7 @@ struct Relay {
       };
       const httplib::Result result = client.send(req);
       std::lock_guard lock(mutex);
+      this->client = nullptr;
       if (!result && !cancel.load()) {
         error = httplib::to_string(result.error());
         connected = result.error() != httplib::Error::Connection;
@@ -80,8 +87,32 @@ struct Relay {
     });
   }
 
+  // The client went away: the backend's request ends now, not when its next piece arrives
+  // (a request still queued or in prefill sends nothing for a long time).
+  void stop() {
+    cancel = true;
+    std::lock_guard lock(mutex);
+    if (client != nullptr) client->stop();
+  }
+
   void join() {
     if (thread.joinable()) thread.join();
+  }
+
+  // Waits until `ready` holds (under the mutex), or the client of `connection` hung up, which
+  // stops the backend's request; then until it ended. `lock` holds the mutex.
+  template <class Ready>
+  void wait(std::unique_lock<std::mutex>& lock, const std::optional<ClientConnection>& connection,
+            Ready ready) {
+    while (!changed.wait_for(lock, kWaitSlice, ready)) {
+      if (connection && connection->closed()) {
+        lock.unlock();
+        stop();
+        lock.lock();
+        changed.wait(lock, [&] { return ended; });
+        return;
+      }
+    }
   }
 };
 
@@ -168,6 +199,9 @@ struct RouterServer::Impl {
       reply_json(res, request.error().http_status, request.error().body());
       return;
     }
+    // A client that hangs up ends its backend request (found once: the lookup reads /proc).
+    const std::optional<ClientConnection> connection =
+        ClientConnection::find(req.remote_addr, req.remote_port, req.local_port);
     std::vector<size_t> tried;
     std::string last_error;
     for (;;) {
@@ -181,7 +215,7 @@ struct RouterServer::Impl {
       auto relay = std::make_shared<Relay>();
       relay->start(backend, req, options.request_timeout);
       std::unique_lock lock(relay->mutex);
-      relay->changed.wait(lock, [&] { return relay->status != 0 || relay->ended; });
+      relay->wait(lock, connection, [&] { return relay->status != 0 || relay->ended; });
       if (relay->status == 0 && !relay->connected) {
         // Nothing reached the backend: the next one gets the request.
         last_error = backend.url + ": " + relay->error;
@@ -197,11 +231,18 @@ struct RouterServer::Impl {
           relay->status == 200 && relay->content_type.starts_with("text/event-stream");
       if (!streams) {
         // A whole answer (or a failure): passed on once complete.
-        relay->changed.wait(lock, [&] { return relay->ended; });
+        relay->wait(lock, connection, [&] { return relay->ended; });
         lock.unlock();
         relay->join();
         const bool failed = !relay->error.empty();
         pool.done(*pick, failed);
+        if (relay->cancel) {
+          // Nobody reads this answer (a client that only half-closed might): an error, never
+          // the backend's status without its body.
+          reply_json(res, 499,
+                     router_error(499, "the client closed its connection", "client_closed").body());
+          return;
+        }
         if (failed) {
           reply_json(res, 502,
                      router_error(502, "backend " + backend.url + " failed: " + relay->error,
@@ -216,7 +257,7 @@ struct RouterServer::Impl {
         return;
       }
       lock.unlock();
-      stream_response(res, relay, *pick, backend.url);
+      stream_response(res, relay, *pick, backend.url, connection);
       return;
     }
   }
@@ -224,11 +265,12 @@ struct RouterServer::Impl {
   // Passes the backend's SSE stream on piece by piece; a backend that fails mid-stream ends
   // it with an SSE `error` event (H5's shape).
   void stream_response(httplib::Response& res, const std::shared_ptr<Relay>& relay,
-                       BackendPool::Pick pick, const std::string& url) {
+                       BackendPool::Pick pick, const std::string& url,
+                       std::optional<ClientConnection> connection) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [relay, url](size_t, httplib::DataSink& sink) {
+        [relay, url, connection](size_t, httplib::DataSink& sink) {
           std::unique_lock lock(relay->mutex);
           relay->changed.wait_for(lock, kWaitSlice,
                                   [&] { return !relay->pieces.empty() || relay->ended; });
@@ -236,13 +278,16 @@ struct RouterServer::Impl {
             const std::string piece = std::move(relay->pieces.front());
             relay->pieces.pop_front();
             if (!sink.write(piece.data(), piece.size())) {
-              relay->cancel = true;  // the client went away
+              lock.unlock();
+              relay->stop();  // the client went away
               return false;
             }
           }
           if (!relay->ended) {
-            if (sink.is_writable()) return true;  // wait again
-            relay->cancel = true;
+            // cpp-httplib 0.11's is_writable() does not see a peer that closed: the socket does.
+            if (sink.is_writable() && !(connection && connection->closed())) return true;
+            lock.unlock();
+            relay->stop();
             return false;
           }
           if (!relay->error.empty()) {
@@ -257,7 +302,7 @@ struct RouterServer::Impl {
           return true;
         },
         [this, relay, pick](bool) {
-          relay->cancel = true;
+          relay->stop();
           relay->join();
           pool.done(pick, !relay->error.empty());
         });
