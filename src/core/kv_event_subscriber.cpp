@@ -113,9 +113,8 @@ void KvEventSubscriber::on_live(uint64_t seq, std::string payload, std::vector<K
   }
   const uint64_t expected = next_.value_or(0);
   if (seq > expected) {
-    if (sockets_->replay) {
+    if (sockets_->replay && start_replay(expected)) {
       held_.push_back({seq, std::move(payload)});
-      start_replay(expected);
       return;
     }
     if (next_) ++counters_.gaps;  // a late start without replay is not counted as a gap
@@ -123,12 +122,18 @@ void KvEventSubscriber::on_live(uint64_t seq, std::string payload, std::vector<K
   deliver(seq, payload, out);
 }
 
-void KvEventSubscriber::start_replay(uint64_t from) {
+bool KvEventSubscriber::start_replay(uint64_t from) {
+  // Never blocks: requests to a replay endpoint nobody answers queue up to the socket's limit,
+  // and a blocking send would then stop the caller's thread for good.
+  if (!sockets_->replay.send(zmq::message_t(),
+                             zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    return false;
+  }
+  sockets_->replay.send(zmq::buffer(encode_sequence(from)), zmq::send_flags::dontwait);
   replaying_ = true;
   replay_deadline_ = steady_now() + options_.replay_timeout;
   ++counters_.replays;
-  sockets_->replay.send(zmq::message_t(), zmq::send_flags::sndmore);
-  sockets_->replay.send(zmq::buffer(encode_sequence(from)), zmq::send_flags::none);
+  return true;
 }
 
 void KvEventSubscriber::on_replay(uint64_t seq, std::string payload,

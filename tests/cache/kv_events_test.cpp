@@ -166,6 +166,42 @@ TEST(KvEvents, APublisherThatStartsAgainMakesTheSubscriberForgetWhatItAnnounced)
   EXPECT_EQ(mirror.on("host"), (std::set{key(100)}));
 }
 
+// A replay endpoint that nobody answers (bound elsewhere, or not at all): each gap costs a replay
+// that times out, and the requests that pile up in the socket must never block the subscriber's
+// thread (the router's, or the frontend's). Batches come from a raw PUB, numbered with a gap
+// before each.
+TEST(KvEvents, AReplayEndpointNobodyAnswersNeverBlocksTheSubscriber) {
+  Endpoints ep;
+  zmq::context_t context;
+  zmq::socket_t pub(context, zmq::socket_type::pub);
+  pub.set(zmq::sockopt::linger, 0);
+  pub.bind(ep.pub);
+  KvEventSubscriber sub({.endpoint = ep.pub,
+                         .replay_endpoint = ep.replay,
+                         .replay_timeout = std::chrono::milliseconds(1)});
+  const std::string payload = encode_kv_event_batch(KvEventBatch{});
+  const auto send = [&](uint64_t seq) {
+    pub.send(zmq::buffer(std::string()), zmq::send_flags::sndmore);
+    pub.send(zmq::buffer(encode_sequence(seq)), zmq::send_flags::sndmore);
+    pub.send(zmq::buffer(payload), zmq::send_flags::none);
+  };
+  // Batch 0 until the subscription is up.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (sub.counters().batches == 0 && std::chrono::steady_clock::now() < deadline) {
+    send(0);
+    sub.poll(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(sub.counters().batches, 1u);
+  constexpr uint64_t kGaps = 2500;  // past the replay socket's queue (1,000 messages)
+  for (uint64_t i = 1; i <= kGaps; ++i) {
+    send(2 * i);
+    while (sub.counters().batches <= i) sub.poll(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(sub.counters().batches, kGaps + 1);
+  EXPECT_GE(sub.counters().gaps, kGaps) << "each gap stays, none is filled";
+  EXPECT_LT(sub.counters().replays, kGaps) << "requests were refused once the queue was full";
+}
+
 TEST(KvEvents, AMalformedReplayRequestGetsTheEndMarkerWithAReason) {
   Endpoints ep;
   KvEventPublisher pub({.endpoints = {ep.pub}, .replay_endpoints = {ep.replay}});

@@ -67,7 +67,8 @@ class KvEventSubscriber {
   };
   void on_live(uint64_t seq, std::string payload, std::vector<KvEventBatch>& out);
   void on_replay(uint64_t seq, std::string payload, std::vector<KvEventBatch>& out);
-  void start_replay(uint64_t from);
+  // Whether the request went out (a replay endpoint nobody answers refuses it in the end).
+  bool start_replay(uint64_t from);
   void end_replay(std::vector<KvEventBatch>& out);
   void deliver(uint64_t seq, const std::string& payload, std::vector<KvEventBatch>& out);
 
