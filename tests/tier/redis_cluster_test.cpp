@@ -265,6 +265,15 @@ TEST_F(RedisClusterHealthTest, H7_AHungMasterCostsOneTimeoutThenItsKeysFailFast)
   ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
   EXPECT_EQ(*g.statuses, expect(ChunkStatus::kSkipped));
   EXPECT_LT(took, 10s);
+  // Its probe falls due while it still hangs: a call does not probe it. The probe would wait
+  // its 2 s timeout, past this call's 1 s deadline, and the other masters' keys would fail with
+  // it (and the tier with them, every master then marked DOWN).
+  clock_.advance(1s);
+  g = get_range(*checked_, 0, kKeys, 1s);
+  ASSERT_TRUE(g.statuses) << g.statuses.error().to_string();
+  EXPECT_EQ(*g.statuses, expect(ChunkStatus::kSkipped));
+  EXPECT_TRUE(g.ok_chunks_intact);
+  expect_victim_named();
 
   victim_->resume();
   ASSERT_TRUE(RedisClusterProcess::wait_serving(*victim_, 20s));

@@ -313,7 +313,7 @@ Result<BatchReplies> RedisRouter::execute(std::span<const RedisCommand> commands
     std::vector<RedisConnection*> running;
     std::vector<Group> stripes;
     for (Group& g : groups) {
-      if (!admit(g.node)) {
+      if (cluster && !health_of(g.node).up()) {  // probed by probe_down_nodes(), not here
         for (size_t i : g.which) out.outcomes[i] = CommandOutcome::kSkipped;
         continue;
       }

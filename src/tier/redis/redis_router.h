@@ -14,10 +14,13 @@
 //
 // Per-node health (cluster only). Each master has a HealthState (health_state.h). A master that
 // cannot be reached, times out, or answers CLUSTERDOWN or LOADING is DOWN: its commands are
-// kSkipped at once, without contacting it, while the other masters serve theirs. The first
-// batch for it after its probe time probes it first (or probe_down_nodes() does): the slot map
-// is reloaded from another master (after a failover the slots have a new master, and the node
-// is no longer part of the tier), then the node must report cluster_state:ok. When every
+// kSkipped at once, without contacting it, while the other masters serve theirs. It is probed
+// off the request path, by probe_down_nodes() once its probe time came (the tier's
+// probe_if_due(), which the tier mover calls every health tick): a probe waits up to the probe
+// timeout, and inside a call it would spend the call's deadline that the other masters' commands
+// need. The probe reloads the slot map from another master (after a failover the slots have a
+// new master, and the node is no longer part of the tier), then the node must report
+// cluster_state:ok. When every
 // master is DOWN, execute() fails whole, as a single server that is down does: the tier is down.
 //
 // Thread-safety: every public call may come from several threads at once.
@@ -96,7 +99,8 @@ class RedisRouter {
   bool cluster_known() const;
   std::vector<RedisEndpoint> masters() const;
   HealthState& health_of(const RedisEndpoint& node);
-  // Whether commands may go to `node` now (probing it when due); always true for one server.
+  // Whether `node` is UP, probing it when it is DOWN and its probe is due; always true for one
+  // server.
   bool admit(const RedisEndpoint& node);
   // The probe of a DOWN master (see the top of this file).
   Status probe_node(const RedisEndpoint& node);
