@@ -284,6 +284,22 @@ TEST_F(RedisClusterHealthTest, H7_AHungMasterCostsOneTimeoutThenItsKeysFailFast)
   EXPECT_TRUE(g.ok_chunks_intact);
 }
 
+// A master past its maxmemory (Redis's default noeviction policy) answers every write with
+// -OOM: that master's slots go down, not the tier (before, its keys were errors, and an error
+// takes the whole tier down).
+TEST_F(RedisClusterHealthTest, H7_AMasterOutOfMemoryTakesDownOnlyItsSlots) {
+  ASSERT_TRUE(victim_->command({"CONFIG", "SET", "maxmemory", "1"}, kClusterTimeout));
+  const Result<std::vector<ChunkStatus>> put = put_range(*checked_, 0, kKeys, kClusterTimeout);
+  EXPECT_TRUE(victim_->command({"CONFIG", "SET", "maxmemory", "0"}, kClusterTimeout));
+  ASSERT_TRUE(put) << put.error().to_string();
+  EXPECT_EQ(*put, expect(ChunkStatus::kSkipped));
+  EXPECT_EQ(checked_->state(), TierState::kDegraded);
+  expect_victim_named();
+  clock_.advance(1s);
+  EXPECT_EQ(checked_->probe_if_due(), TierState::kUp);
+  EXPECT_EQ(*put_range(*checked_, 0, kKeys, kClusterTimeout), all(ChunkStatus::kOk, kKeys));
+}
+
 TEST_F(RedisClusterHealthTest, H7_EveryMasterDownIsTheTierDown) {
   std::vector<std::unique_ptr<ClusterNodeRestorer>> restore;
   for (auto& node : cluster_->nodes()) {

@@ -39,9 +39,16 @@ std::optional<Redirect> parse_redirect(std::string_view error) {
 }
 
 // Error replies that say the node cannot serve keys now, rather than that this key failed.
+// An error that is the node's state, not the command's: the node takes no keys now (OOM: past
+// its maxmemory under noeviction; MISCONF: its snapshots fail; READONLY, MASTERDOWN: it is a
+// replica or lost its master).
 bool node_unavailable(const RedisReply& reply) {
-  return reply.is_error() &&
-         (reply.text.starts_with("CLUSTERDOWN") || reply.text.starts_with("LOADING"));
+  if (!reply.is_error()) return false;
+  for (const std::string_view state :
+       {"CLUSTERDOWN", "LOADING", "OOM", "MISCONF", "READONLY", "MASTERDOWN"}) {
+    if (reply.text.starts_with(state)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -348,7 +355,7 @@ Result<BatchReplies> RedisRouter::execute(std::span<const RedisCommand> commands
         RedisReply& reply = replies[k];
         ask[i].reset();
         if (cluster && node_unavailable(reply)) {
-          // CLUSTERDOWN, LOADING: this master serves no key now; the rest of its batch skips.
+          // The master serves no key now: the rest of its batch skips.
           if (!node_down) {
             const std::string what = "redis " + g.node.to_string() + ": " + reply.text;
             node_failed(g, k, Error{ErrorCode::kUnavailable, what});
