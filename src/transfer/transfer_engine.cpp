@@ -148,14 +148,36 @@ void TransferEngine::submit(JobId job, Direction direction, std::span<const Chun
       break;
     }
   }
+  // The device resources first, before anything counts on them: creating a stream or an event
+  // can fault (CUDA reports an earlier asynchronous error there, or runs out of memory). Nothing
+  // is enqueued then: the transfer is Failed, or Unprovable when the fault is sticky (F1, F7).
+  // What was created meanwhile saw no fault: it goes back to its pool.
   auto& lane = lanes_[d];
-  if (!lane || lane->faulted)
-    lane = std::make_shared<Lane>(Lane{.stream = pools_->streams.acquire()});
+  std::optional<StreamHandle> new_stream;
+  std::optional<EventHandle> fence;
+  std::optional<EventHandle> end;
+  try {
+    if (!lane || lane->faulted) new_stream = pools_->streams.acquire();
+    fence = pools_->events.acquire();
+    end = pools_->events.acquire();
+  } catch (const DeviceFault& fault) {
+    if (new_stream) pools_->streams.release(*new_stream);
+    if (fence) pools_->events.release(*fence);
+    t.faulted = true;
+    t.sticky = fault.sticky();
+    t.error = std::string("device resources: ") + fault.what();
+    t.outcome = t.sticky ? Outcome::kUnprovable : Outcome::kFailed;
+    if (t.sticky) fail_stop(direction, true);
+    ++stats_.submitted;
+    fifo.push_back(std::move(t));
+    return;
+  }
+  if (new_stream) lane = std::make_shared<Lane>(Lane{.stream = *new_stream});
   t.lane = lane;
   ++lane->users;
   const StreamHandle stream = lane->stream;
-  t.fence = pools_->events.acquire();
-  t.end = pools_->events.acquire();
+  t.fence = *fence;
+  t.end = *end;
   t.holds_device_resources = true;
   const size_t cap = std::min(options_.max_batch_descriptors, device_.max_descriptors_per_call());
   const std::span<const CopyDescriptor> all(*t.buffer);

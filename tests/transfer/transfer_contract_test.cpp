@@ -50,6 +50,28 @@ TEST(TransferContract, F1_SubmitFaultBecomesFailedJobAndEngineKeepsServing) {
   expect_audit(rig);
 }
 
+// Creating a stream or an event can fault too (CUDA reports an earlier asynchronous error
+// there, or is out of memory). Nothing is enqueued: the job is Failed and the engine serves on;
+// a sticky fault is Unprovable and fail-stops (F7).
+TEST(TransferContract, F1_AFaultCreatingDeviceResourcesIsAnOutcomeNotARaise) {
+  for (bool sticky : {false, true}) {
+    SCOPED_TRACE(sticky ? "sticky" : "not sticky");
+    TransferRig rig;
+    rig.fault.fail_next_creates(1, sticky);
+    EXPECT_NO_THROW(rig.engine->submit(1, Direction::kStore, one_chunk(rig, 0, 0)));
+    rig.engine->submit(2, Direction::kStore, one_chunk(rig, 0, 1));
+    auto results = rig.drain();
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_EQ(results[0].job, 1u);
+    EXPECT_EQ(results[0].outcome, sticky ? Outcome::kUnprovable : Outcome::kFailed);
+    EXPECT_NE(results[0].error.find("device resources"), std::string::npos) << results[0].error;
+    // Behind a sticky fault nothing is submitted; otherwise the next job runs.
+    EXPECT_EQ(results[1].outcome, sticky ? Outcome::kFailed : Outcome::kCompleted);
+    EXPECT_EQ(rig.engine->fail_stopped(), sticky);
+    if (!sticky) expect_audit(rig);
+  }
+}
+
 TEST(TransferContract, F1_FaultSurfacingAtPollBecomesFailed) {
   TransferRig rig(RigOptions{.plan = rule({.call = 0, .latched_errors = 1})});
   rig.engine->submit(1, Direction::kLoad, one_chunk(rig, 0, 0));

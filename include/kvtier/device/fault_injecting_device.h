@@ -60,6 +60,10 @@ class FaultInjectingDevice final : public Device {
   void set_plan(FaultPlan plan);
   // Opens every gate that hung copies wait on.
   void release_hangs();
+  // The next `count` create_stream() / create_event() calls raise DeviceFault (sticky when
+  // `sticky`), as CUDA does when it reports an earlier asynchronous error there, or is out of
+  // memory.
+  void fail_next_creates(uint32_t count, bool sticky = false);
   InjectedFaultCounts counts() const;
   // The stream each copy_batch call was made on, in call order.
   std::vector<StreamHandle> call_streams() const;
@@ -81,9 +85,9 @@ class FaultInjectingDevice final : public Device {
     return inner_.import_memory(description);
   }
   void close_imported(DeviceAddress addr) override { inner_.close_imported(addr); }
-  StreamHandle create_stream() override { return inner_.create_stream(); }
+  StreamHandle create_stream() override;
   void destroy_stream(StreamHandle stream) override;
-  EventHandle create_event() override { return inner_.create_event(); }
+  EventHandle create_event() override;
   void destroy_event(EventHandle event) override;
   void record(EventHandle event, StreamHandle stream) override;
   bool query(EventHandle event) override;
@@ -110,6 +114,7 @@ class FaultInjectingDevice final : public Device {
   };
 
   void raise_if_latched(EventHandle event);  // requires mu_ not held
+  void raise_if_create_fails();              // requires mu_ not held
 
   Device& inner_;
   mutable std::mutex mu_;
@@ -121,6 +126,8 @@ class FaultInjectingDevice final : public Device {
   std::vector<std::shared_ptr<Gate>> hang_gates_;
   std::vector<StreamHandle> call_streams_;
   std::vector<StreamHandle> faulted_streams_;
+  uint32_t failing_creates_ = 0;
+  bool failing_creates_sticky_ = false;
 };
 
 }  // namespace kvtier

@@ -56,6 +56,30 @@ std::vector<StreamHandle> FaultInjectingDevice::faulted_streams() const {
   return faulted_streams_;
 }
 
+void FaultInjectingDevice::fail_next_creates(uint32_t count, bool sticky) {
+  std::lock_guard lock(mu_);
+  failing_creates_ = count;
+  failing_creates_sticky_ = sticky;
+}
+
+void FaultInjectingDevice::raise_if_create_fails() {
+  std::lock_guard lock(mu_);
+  if (failing_creates_ == 0) return;
+  --failing_creates_;
+  throw DeviceFault("injected: creating a device resource failed", std::nullopt,
+                    failing_creates_sticky_);
+}
+
+StreamHandle FaultInjectingDevice::create_stream() {
+  raise_if_create_fails();
+  return inner_.create_stream();
+}
+
+EventHandle FaultInjectingDevice::create_event() {
+  raise_if_create_fails();
+  return inner_.create_event();
+}
+
 void FaultInjectingDevice::destroy_stream(StreamHandle stream) {
   inner_.destroy_stream(stream);
   std::lock_guard lock(mu_);
