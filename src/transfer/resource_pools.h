@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kvtier/device/device.h"
+#include "kvtier/device/device_fault.h"
 #include "kvtier/transfer/transfer_engine.h"  // PoolCounts
 
 namespace kvtier {
@@ -23,9 +24,15 @@ class ResourcePool {
  public:
   ResourcePool(std::function<Resource()> create, std::function<void(Resource&)> destroy)
       : create_(std::move(create)), destroy_(std::move(destroy)) {}
-  // Destroys pooled resources; quarantined and in-use ones are deliberately left alone.
+  // Destroys pooled resources; quarantined and in-use ones are deliberately left alone. One the
+  // device cannot destroy (a DeviceFault: CUDA reports an earlier error there) is left too.
   ~ResourcePool() {
-    for (Resource& r : free_) destroy_(r);
+    for (Resource& r : free_) {
+      try {
+        destroy_(r);
+      } catch (const DeviceFault&) {
+      }
+    }
   }
   ResourcePool(const ResourcePool&) = delete;
   ResourcePool& operator=(const ResourcePool&) = delete;
@@ -49,11 +56,18 @@ class ResourcePool {
     ++counts_.pooled;
     free_.push_back(std::move(r));
   }
-  // It saw a fault and nothing can still use it.
+  // It saw a fault and nothing can still use it. Never raises: one the device cannot destroy
+  // (a DeviceFault) is kept as a quarantined one is, never used again (F1: a fault releasing a
+  // finished transfer's resources must not escape poll()).
   void discard(Resource r) {
+    try {
+      destroy_(r);
+    } catch (const DeviceFault&) {
+      quarantine(std::move(r));
+      return;
+    }
     --counts_.in_use;
     ++counts_.discarded;
-    destroy_(r);
   }
   // It saw a fault and something may still use it: keep it for the life of the process,
   // beyond this pool's own (F7).

@@ -72,6 +72,24 @@ TEST(TransferContract, F1_AFaultCreatingDeviceResourcesIsAnOutcomeNotARaise) {
   }
 }
 
+// And destroying the events of a Failed job can fault (CUDA returns an earlier error from its
+// destroy calls): poll() still reports each job once, and raises nothing.
+TEST(TransferContract, F1_AFaultDestroyingAFailedJobsEventsStaysInside) {
+  TransferRig rig(RigOptions{.plan = rule({.call = 0, .fail_at = 0})});
+  rig.engine->submit(1, Direction::kStore, one_chunk(rig, 0, 0));
+  rig.fault.fail_next_destroys(3);  // its two events, and its lane's stream
+  std::vector<TransferResult> results;
+  EXPECT_NO_THROW(results = rig.drain());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].outcome, Outcome::kFailed);
+  rig.engine->submit(2, Direction::kStore, one_chunk(rig, 0, 1));
+  EXPECT_NO_THROW(results = rig.drain());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].outcome, Outcome::kCompleted);
+  EXPECT_FALSE(rig.engine->fail_stopped());
+  expect_audit(rig);
+}
+
 TEST(TransferContract, F1_FaultSurfacingAtPollBecomesFailed) {
   TransferRig rig(RigOptions{.plan = rule({.call = 0, .latched_errors = 1})});
   rig.engine->submit(1, Direction::kLoad, one_chunk(rig, 0, 0));

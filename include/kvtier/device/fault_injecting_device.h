@@ -64,6 +64,9 @@ class FaultInjectingDevice final : public Device {
   // `sticky`), as CUDA does when it reports an earlier asynchronous error there, or is out of
   // memory.
   void fail_next_creates(uint32_t count, bool sticky = false);
+  // The next `count` destroy_stream() / destroy_event() calls raise DeviceFault and destroy
+  // nothing, as CUDA's destroy calls return an earlier asynchronous error.
+  void fail_next_destroys(uint32_t count);
   InjectedFaultCounts counts() const;
   // The stream each copy_batch call was made on, in call order.
   std::vector<StreamHandle> call_streams() const;
@@ -115,6 +118,7 @@ class FaultInjectingDevice final : public Device {
 
   void raise_if_latched(EventHandle event);  // requires mu_ not held
   void raise_if_create_fails();              // requires mu_ not held
+  void raise_if_destroy_fails();             // requires mu_ not held
 
   Device& inner_;
   mutable std::mutex mu_;
@@ -127,6 +131,7 @@ class FaultInjectingDevice final : public Device {
   std::vector<StreamHandle> call_streams_;
   std::vector<StreamHandle> faulted_streams_;
   uint32_t failing_creates_ = 0;
+  uint32_t failing_destroys_ = 0;
   bool failing_creates_sticky_ = false;
 };
 

@@ -80,13 +80,27 @@ EventHandle FaultInjectingDevice::create_event() {
   return inner_.create_event();
 }
 
+void FaultInjectingDevice::fail_next_destroys(uint32_t count) {
+  std::lock_guard lock(mu_);
+  failing_destroys_ = count;
+}
+
+void FaultInjectingDevice::raise_if_destroy_fails() {
+  std::lock_guard lock(mu_);
+  if (failing_destroys_ == 0) return;
+  --failing_destroys_;
+  throw DeviceFault("injected: destroying a device resource failed");
+}
+
 void FaultInjectingDevice::destroy_stream(StreamHandle stream) {
+  raise_if_destroy_fails();
   inner_.destroy_stream(stream);
   std::lock_guard lock(mu_);
   stream_faults_.erase(stream.id);
 }
 
 void FaultInjectingDevice::destroy_event(EventHandle event) {
+  raise_if_destroy_fails();
   inner_.destroy_event(event);
   std::lock_guard lock(mu_);
   event_latches_.erase(event.id);
