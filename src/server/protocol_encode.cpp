@@ -145,8 +145,10 @@ void pack_request(msgpack::packer<msgpack::sbuffer>& pk, const Request& r) {
 }
 
 void pack_reply(msgpack::packer<msgpack::sbuffer>& pk, const Reply& r) {
-  uint32_t n =
-      3 + static_cast<uint32_t>(r.fields.size()) + (r.ok ? 0 : 2) + (r.event.empty() ? 0 : 1);
+  // A decoded reply's fields hold its "v" too: packed once, by the envelope (a field named twice
+  // is malformed).
+  uint32_t n = 3 + (r.ok ? 0 : 2) + (r.event.empty() ? 0 : 1);
+  for (const auto& [k, v] : r.fields) n += k == "v" ? 0 : 1;
   pk.pack_map(n);
   pk.pack("v"), pk.pack(kProtocolVersion);
   pk.pack("id"), pk.pack(r.id);
@@ -156,7 +158,9 @@ void pack_reply(msgpack::packer<msgpack::sbuffer>& pk, const Reply& r) {
     pk.pack("msg"), pk.pack(r.message.substr(0, kMaxErrorMessage));
   }
   if (!r.event.empty()) pk.pack("event"), pk.pack(r.event);
-  for (const auto& [k, v] : r.fields) pk.pack(k), pk.pack(v);
+  for (const auto& [k, v] : r.fields) {
+    if (k != "v") pk.pack(k), pk.pack(v);
+  }
 }
 
 }  // namespace
