@@ -25,12 +25,13 @@ class ResourcePool {
   ResourcePool(std::function<Resource()> create, std::function<void(Resource&)> destroy)
       : create_(std::move(create)), destroy_(std::move(destroy)) {}
   // Destroys pooled resources; quarantined and in-use ones are deliberately left alone. One the
-  // device cannot destroy (a DeviceFault: CUDA reports an earlier error there) is left too.
+  // device cannot destroy (a DeviceFault: CUDA reports an earlier error there) is kept forever.
   ~ResourcePool() {
     for (Resource& r : free_) {
       try {
         destroy_(r);
       } catch (const DeviceFault&) {
+        keep_forever(std::move(r));
       }
     }
   }
@@ -74,15 +75,19 @@ class ResourcePool {
   void quarantine(Resource r) {
     --counts_.in_use;
     ++counts_.quarantined;
+    keep_forever(std::move(r));
+  }
+
+  const PoolCounts& counts() const { return counts_; }
+
+ private:
+  static void keep_forever(Resource r) {
     static std::mutex mu;
     static auto* forever = new std::vector<Resource>();  // never freed, by design
     std::lock_guard lock(mu);
     forever->push_back(std::move(r));
   }
 
-  const PoolCounts& counts() const { return counts_; }
-
- private:
   std::function<Resource()> create_;
   std::function<void(Resource&)> destroy_;
   std::vector<Resource> free_;

@@ -66,7 +66,7 @@ struct Backend {
 
   bool in_rotation() const { return healthy && described; }
   // Its info while in rotation, else null.
-  const RoutingInfo* serving() const { return in_rotation() ? &*info : nullptr; }
+  const RoutingInfo* serving() const { return in_rotation() && info ? &*info : nullptr; }
 };
 
 }  // namespace
