@@ -66,6 +66,36 @@ TEST(TaskPool, PastTheDeadlineNoTaskStartsAndRunningOnesAreWaitedFor) {
   EXPECT_EQ(running, 2);  // the other four never started
 }
 
+// F5 (the host device's copy ops split over the pool): run() returns only once every task has
+// ended, not once every task has been claimed. Every task starts before any ends; the caller's
+// ends at once, the helpers' a while later, so a run() that returned when the last task was
+// claimed would find them unfinished.
+TEST(TaskPool, F5_RunReturnsOnlyOnceEveryClaimedTaskHasEnded) {
+  constexpr size_t kTasks = 3;
+  TaskPool pool(kTasks - 1);  // with the caller, one task per thread
+  const std::thread::id caller = std::this_thread::get_id();
+  std::mutex m;
+  std::condition_variable cv;
+  size_t started = 0;
+  std::vector<std::atomic<bool>> ended(kTasks);
+  const std::vector<bool> ran = pool.run(
+      kTasks,
+      [&](size_t i) {
+        std::unique_lock lock(m);
+        ++started;
+        cv.notify_all();
+        cv.wait(lock, [&] { return started == kTasks; });  // every task claimed
+        if (std::this_thread::get_id() != caller) {
+          lock.unlock();
+          std::this_thread::sleep_for(100ms);  // still inside its part when the caller's ends
+        }
+        ended[i] = true;
+      },
+      in(10s));
+  EXPECT_EQ(ran, std::vector<bool>(kTasks, true));
+  for (size_t i = 0; i < kTasks; ++i) EXPECT_TRUE(ended[i]) << "task " << i;
+}
+
 // kAnywhere (blocking IO): every thread and the caller run tasks at once.
 TEST(TaskPool, AnywhereRunsATaskOnEveryThreadAtOnce) {
   TaskPool pool(3);

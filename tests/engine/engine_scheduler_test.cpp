@@ -254,6 +254,40 @@ TEST(EngineScheduler, F4_LayerwiseFailedLoadDropsWhatItsStepComputed) {
   }
 }
 
+// F10, whole-request loads computed in their step (connector.load_in_step): the forward pass
+// reads a loaded prefix only after its copies ended. Every load's copies start late here (host to
+// device copies delayed by up to 60 ms), so a forward pass not fenced behind them would read
+// blocks the prefix has not reached yet, and b's output would differ from b's run alone.
+TEST(EngineScheduler, F10_AWholeRequestLoadLandsBeforeItsStepsForwardPassReadsIt) {
+  Config c = base_config(0);
+  c.engine.device_blocks = 8;  // 128 tokens
+  c.connector.transfer_granularity = TransferGranularity::kRequest;
+  ASSERT_TRUE(c.connector.load_in_step);
+  SchedulerRig rig(c, FaultPlan::random(3, RandomFaultRates{
+                                               .delay = 1.0,
+                                               .max_delay = std::chrono::milliseconds(60),
+                                               .only_kind = CopyKind::kHostToDevice,
+                                           }));
+  std::mt19937_64 rng(5);
+  const std::vector<TokenId> prefix = random_tokens(rng, 64);
+  auto run = [&](const std::string& id, const std::vector<TokenId>& prompt, size_t max_tokens) {
+    rig.add(id, prompt, max_tokens);
+    size_t loads = 0;
+    for (int i = 0; i < 200 && !(rig.results().contains(id) && rig.results().at(id).done); ++i)
+      loads += rig.step().metadata.loads.size();
+    return loads;
+  };
+  run("a", prefix, 1);                   // a's two chunks go to the host cache
+  run("c", random_tokens(rng, 120), 1);  // c takes every device block: a's prefix leaves
+  std::vector<TokenId> b = prefix;
+  b.insert(b.end(), {1, 2, 3, 4, 5});
+  ASSERT_EQ(run("b", b, 4), 1u) << "b's prefix comes back from the host cache";
+  const auto& result = rig.results().at("b");
+  EXPECT_EQ(result.error, "");
+  EXPECT_EQ(result.cached_tokens, 64u);
+  EXPECT_EQ(result.tokens, alone(c, b, 4));
+}
+
 // A request preempted after its first token, admitted again with part of its prompt on the
 // device and the next part in the host cache, whose load then fails: what its first update told
 // the client of its cached tokens stays (the figure is the first admission's), and the tokens
