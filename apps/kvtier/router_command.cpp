@@ -17,6 +17,7 @@ struct RouterFlags {
   double health_interval_s = 0.5;
   double health_timeout_s = 1;
   double request_timeout_s = 600;
+  size_t max_requests_in_flight = 256;
 };
 
 int router(const Config& config, const RouterFlags& flags) {
@@ -26,7 +27,8 @@ int router(const Config& config, const RouterFlags& flags) {
                                  .health_timeout = seconds_to_duration(flags.health_timeout_s)},
                         .host = flags.host,
                         .port = flags.port,
-                        .request_timeout = seconds_to_duration(flags.request_timeout_s)};
+                        .request_timeout = seconds_to_duration(flags.request_timeout_s),
+                        .max_requests_in_flight = flags.max_requests_in_flight};
   for (const std::string& url : flags.backends) {
     Result<BackendAddress> address = parse_backend_url(url);
     if (!address) {
@@ -72,6 +74,10 @@ Action add_router_command(CLI::App& app) {
                   "Seconds a backend has to answer a request, or to send a stream's next piece "
                   "(default 600)")
       ->check(CLI::Range(0.01, 86400.0));
+  cmd->add_option("--max-requests-in-flight", flags->max_requests_in_flight,
+                  "Completion requests relayed at once; more are answered 429 at once (default "
+                  "256)")
+      ->check(CLI::Range(1, 4096));
   return [cmd, flags](const Config& config) -> int {
     if (!cmd->parsed()) return -1;
     return router(config, *flags);

@@ -202,6 +202,11 @@ const std::vector<Field>& config_fields() {
         engine.field("host", &EngineConfig::host, text(), "Address the HTTP server listens on."),
         engine.field("port", &EngineConfig::port, integer_in(0, 65535),
                      "Port of the HTTP server; 0 picks a free one and prints it."),
+        engine.field("max_requests_in_flight", &EngineConfig::max_requests_in_flight,
+                     integer_in(1, 4096),
+                     "Completion requests the HTTP server serves at once; more are answered 429 "
+                     "(code overloaded) at once. Its threads: this many, and 16 more that keep "
+                     "/health and /metrics answered while every request thread is busy."),
         engine.field("model_name", &EngineConfig::model_name, text(),
                      "Name the API serves the model under (/v1/models)."),
         engine.field("engine_cores", &EngineConfig::engine_cores, integer_in(1, 64),

@@ -53,7 +53,7 @@ class ScriptedBackend {
 
  private:
   httplib::Server server_;
-  HttpEndpoint endpoint_{server_};
+  HttpEndpoint endpoint_{server_, 4};
   int port_ = 0;
   std::thread thread_;
   std::atomic<int> health_{200};

@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <future>
+#include <optional>
 #include <thread>
 
 namespace kvtier {
@@ -15,22 +16,40 @@ namespace {
 // take half its connections.
 TEST(HttpEndpoint, APortInUseCannotBeBoundAgain) {
   httplib::Server first_http;
-  HttpEndpoint first(first_http);
+  HttpEndpoint first(first_http, 4);
   const Result<int> port = first.bind("127.0.0.1", 0, "test");
   ASSERT_TRUE(port) << port.error().message;
   httplib::Server second_http;
-  HttpEndpoint second(second_http);
+  HttpEndpoint second(second_http, 4);
   const Result<int> again = second.bind("127.0.0.1", *port, "--port");
   ASSERT_FALSE(again) << "bound port " << *port << " a second time";
   EXPECT_EQ(again.error().code, ErrorCode::kUnavailable);
   EXPECT_NE(again.error().message.find("--port"), std::string::npos) << again.error().message;
 }
 
+// At most max_requests slots at once; one more is refused (and counted) until a slot is given
+// back.
+TEST(HttpEndpoint, AdmitsAtMostItsRequestsInFlight) {
+  httplib::Server http;
+  HttpEndpoint endpoint(http, 2);
+  std::optional<HttpEndpoint::RequestSlot> first = endpoint.admit();
+  std::optional<HttpEndpoint::RequestSlot> second = endpoint.admit();
+  ASSERT_TRUE(first && second);
+  EXPECT_FALSE(endpoint.admit());
+  EXPECT_EQ(endpoint.refused(), 1u);
+  HttpEndpoint::RequestSlot moved = std::move(*first);
+  first.reset();
+  EXPECT_FALSE(endpoint.admit()) << "a moved slot still holds its place";
+  { HttpEndpoint::RequestSlot gone = std::move(moved); }
+  EXPECT_TRUE(endpoint.admit()) << "a slot given back makes room";
+  EXPECT_EQ(endpoint.refused(), 2u);
+}
+
 // A stop that comes before the server listens (a SIGTERM right after start) still ends it: run()
 // then returns at once instead of serving for good.
 TEST(HttpEndpoint, AStopBeforeRunEndsIt) {
   httplib::Server http;
-  HttpEndpoint endpoint(http);
+  HttpEndpoint endpoint(http, 4);
   ASSERT_TRUE(endpoint.bind("127.0.0.1", 0, "test"));
   endpoint.stop();
   auto served = std::async(std::launch::async, [&] { endpoint.run(); });
@@ -43,7 +62,7 @@ TEST(HttpEndpoint, AStopBeforeRunEndsIt) {
 TEST(HttpEndpoint, AStopRightAfterRunStartsEndsIt) {
   for (int i = 0; i < 50; ++i) {
     httplib::Server http;
-    HttpEndpoint endpoint(http);
+    HttpEndpoint endpoint(http, 4);
     ASSERT_TRUE(endpoint.bind("127.0.0.1", 0, "test"));
     auto served = std::async(std::launch::async, [&] { endpoint.run(); });
     endpoint.stop();

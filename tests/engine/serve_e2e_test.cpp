@@ -8,9 +8,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <thread>
+#include <utility>
 
 #include "engine/serve_rig.h"
 
@@ -167,6 +171,48 @@ TEST(ServeE2E, ABurstOfConnectionsWaitsInTheAcceptQueueInsteadOfBeingDropped) {
   for (int fd : fds) ::close(fd);
   EXPECT_EQ(connected, 32u);
   EXPECT_EQ(serve->get("/health").status, 200);
+}
+
+// H1 (a /health that answers): the HTTP server gives each connection a thread of a fixed pool.
+// With engine.max_requests_in_flight streams in flight, another completion is refused at once
+// (429, overloaded) and /health and /metrics still answer: the pool keeps threads past the
+// request threads for them.
+TEST(ServeE2E, H1_HealthAnswersWhileTheMostRequestsAreInFlight) {
+  auto serve = start_ready({"engine.max_requests_in_flight=2"});
+  ASSERT_TRUE(serve);
+  const std::string host = serve->host();
+  const int port = serve->port();
+  std::mutex m;
+  std::condition_variable cv;
+  int streaming = 0;
+  std::vector<std::thread> streams;
+  for (int i = 0; i < 2; ++i) {
+    streams.emplace_back([&, i] {
+      bool counted = false;
+      read_sse(host, port, "/v1/completions",
+               {{"prompt", prompt_text(50, i)}, {"max_tokens", 16000}, {"stream", true}}, 60000ms,
+               [&](const SseEvent&) {
+                 if (std::exchange(counted, true)) return;
+                 std::lock_guard lock(m);
+                 ++streaming;
+                 cv.notify_all();
+               });
+    });
+  }
+  {
+    std::unique_lock lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return streaming == 2; }));
+  }
+  const HttpReply refused =
+      serve->post("/v1/completions", {{"prompt", "one more"}, {"max_tokens", 4}}, 2000ms);
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_EQ(refused.json()["error"]["code"], "overloaded") << refused.body;
+  EXPECT_EQ(serve->get("/health", 2000ms).status, 200);
+  const HttpReply metrics = serve->get("/metrics", 2000ms);
+  EXPECT_NE(metrics.body.find("kvtier_requests_refused_total 1\n"), std::string::npos)
+      << metrics.body;
+  serve.reset();  // SIGTERM: the streams end (H5)
+  for (std::thread& t : streams) t.join();
 }
 
 TEST(ServeE2E, H3_KilledEngineCoreTurnsHealth503) {

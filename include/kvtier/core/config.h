@@ -97,7 +97,8 @@ struct ModelSection {
 // `kvtier serve`: processes, scheduling and health.
 struct EngineConfig {
   std::string host = "127.0.0.1";
-  uint32_t port = 8000;  // 0: any free port (printed at start)
+  uint32_t port = 8000;                   // 0: any free port (printed at start)
+  uint32_t max_requests_in_flight = 256;  // HTTP completions at once; more get 429
   std::string model_name = "kvtier-tiny";
   uint32_t engine_cores = 1;
   uint32_t world_size = 1;

@@ -42,6 +42,7 @@ struct Exchange {
   CompletionUsage usage;
   std::chrono::steady_clock::time_point deadline;
   std::optional<ClientConnection> client;  // nullopt: not found, never seen as gone
+  HttpEndpoint::RequestSlot slot;          // one of max_requests_in_flight, held to the end
   bool opened = false;                     // chat stream: role chunk sent
 
   // The client hung up: the request is aborted.
@@ -85,16 +86,21 @@ struct FrontendServer::Impl {
   Config config;
   uint64_t max_request_tokens;
   httplib::Server http;
-  HttpEndpoint endpoint{http};
+  HttpEndpoint endpoint;
 
   Impl(CoreManager& m, const Config& c)
-      : manager(m), config(c), max_request_tokens(kvtier::max_request_tokens(engine_shape(c))) {
+      : manager(m),
+        config(c),
+        max_request_tokens(kvtier::max_request_tokens(engine_shape(c))),
+        endpoint(http, c.engine.max_requests_in_flight) {
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       const HealthReport report = manager.health();
       reply_json(res, report.http_status, report.body);
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(render_metrics(manager.metrics()), "text/plain; version=0.0.4");
+      EngineMetrics metrics = manager.metrics();
+      metrics.requests_refused_total = endpoint.refused();
+      res.set_content(render_metrics(metrics), "text/plain; version=0.0.4");
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       reply_json(res, 200,
@@ -120,6 +126,11 @@ struct FrontendServer::Impl {
   }
 
   void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+    std::optional<HttpEndpoint::RequestSlot> slot = endpoint.admit();
+    if (!slot) {
+      endpoint.refuse(res, "engine_error");
+      return;
+    }
     const RequestLimits limits{config.engine.model_name, config.engine.max_tokens,
                                config.model.max_context, max_request_tokens};
     auto request = parse_completion_request(req.body, chat, limits);
@@ -133,14 +144,14 @@ struct FrontendServer::Impl {
       return;
     }
     auto exchange = std::make_shared<Exchange>(
-        Exchange{&manager, *stream,
-                 ResponseShape(chat, (chat ? "chatcmpl-" : "cmpl-") + (*stream)->id(),
-                               config.engine.model_name, static_cast<int64_t>(std::time(nullptr))),
-                 CompletionUsage{},
-                 std::chrono::steady_clock::now() +
-                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                         seconds_to_duration(config.engine.request_timeout_s)),
-                 ClientConnection::find(req.remote_addr, req.remote_port, req.local_port)});
+        &manager, *stream,
+        ResponseShape(chat, (chat ? "chatcmpl-" : "cmpl-") + (*stream)->id(),
+                      config.engine.model_name, static_cast<int64_t>(std::time(nullptr))),
+        CompletionUsage{},
+        std::chrono::steady_clock::now() +
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                seconds_to_duration(config.engine.request_timeout_s)),
+        ClientConnection::find(req.remote_addr, req.remote_port, req.local_port), std::move(*slot));
     if (request->stream) {
       stream_response(res, exchange, chat);
     } else {

@@ -8,16 +8,15 @@
 #include <cstring>
 #include <utility>
 
+#include "kvtier/engine/http_json.h"
+
 namespace kvtier {
-namespace {
 
-// Enough threads for many concurrent streams: each streaming request holds one while it streams.
-constexpr size_t kHttpThreads = 64;
-
-}  // namespace
-
-HttpEndpoint::HttpEndpoint(httplib::Server& http) : http_(http) {
-  http_.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
+HttpEndpoint::HttpEndpoint(httplib::Server& http, size_t max_requests)
+    : http_(http), max_requests_(max_requests) {
+  http_.new_task_queue = [threads = max_requests + kSpareThreads] {
+    return new httplib::ThreadPool(threads);
+  };
   http_.set_socket_options([this](socket_t sock) {
     // SO_REUSEADDR (a restart binds at once, past the old sockets' TIME_WAIT), not
     // cpp-httplib's default SO_REUSEPORT: with it a second server on a port in use would be
@@ -72,6 +71,28 @@ void HttpEndpoint::stop() {
   while (running_ && !http_.is_running()) returned_.wait_for(lock, std::chrono::milliseconds(1));
   if (first && running_) http_.stop();
   returned_.wait(lock, [this] { return !running_; });
+}
+
+std::optional<HttpEndpoint::RequestSlot> HttpEndpoint::admit() {
+  size_t n = in_flight_.load();
+  do {
+    if (n >= max_requests_) {
+      ++refused_;
+      return std::nullopt;
+    }
+  } while (!in_flight_.compare_exchange_weak(n, n + 1));
+  return RequestSlot(in_flight_);
+}
+
+void HttpEndpoint::refuse(httplib::Response& res, const std::string& error_type) const {
+  reply_json(res, 429,
+             typed_error(error_type, 429,
+                         "the server is serving its most requests at once (" +
+                             std::to_string(max_requests_) + "); retry later",
+                         "overloaded")
+                 .body());
+  res.set_header("Retry-After", "1");
+  res.set_header("Connection", "close");
 }
 
 }  // namespace kvtier

@@ -16,6 +16,9 @@ std::string render_metrics(const EngineMetrics& m) {
   one("kvtier_requests_total", "counter", "Requests accepted.", m.requests_total);
   one("kvtier_requests_in_flight", "gauge", "Requests accepted and not yet ended.",
       m.requests_in_flight);
+  one("kvtier_requests_refused_total", "counter",
+      "Requests answered 429 (overloaded): engine.max_requests_in_flight were in flight.",
+      m.requests_refused_total);
   one("kvtier_request_errors_total", "counter", "Requests that ended with an error.",
       m.request_errors_total);
   one("kvtier_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.",

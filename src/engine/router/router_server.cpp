@@ -122,10 +122,11 @@ struct RouterServer::Impl {
   BackendPool& pool;
   RouterOptions options;
   httplib::Server http;
-  HttpEndpoint endpoint{http};
+  HttpEndpoint endpoint;
   std::atomic<uint64_t> refused{0};
 
-  Impl(BackendPool& p, const RouterOptions& o) : pool(p), options(o) {
+  Impl(BackendPool& p, const RouterOptions& o)
+      : pool(p), options(o), endpoint(http, o.max_requests_in_flight) {
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       const size_t in = pool.in_rotation();
       const nlohmann::json counts = {{"backends", pool.size()}, {"in_rotation", in}};
@@ -146,7 +147,12 @@ struct RouterServer::Impl {
           "# HELP kvtier_router_requests_refused_total Requests answered 503: no backend in "
           "rotation.\n# TYPE kvtier_router_requests_refused_total counter\n"
           "kvtier_router_requests_refused_total " +
-          std::to_string(refused.load()) + "\n";
+          std::to_string(refused.load()) + "\n" +
+          "# HELP kvtier_router_requests_overloaded_total Requests answered 429: "
+          "max_requests_in_flight were in flight.\n"
+          "# TYPE kvtier_router_requests_overloaded_total counter\n"
+          "kvtier_router_requests_overloaded_total " +
+          std::to_string(endpoint.refused()) + "\n";
       res.set_content(text, "text/plain; version=0.0.4");
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -182,6 +188,11 @@ struct RouterServer::Impl {
   }
 
   void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+    std::optional<HttpEndpoint::RequestSlot> slot = endpoint.admit();
+    if (!slot) {
+      endpoint.refuse(res, "router_error");
+      return;
+    }
     const std::optional<RequestLimits> limits = pool.limits();
     if (!limits) {
       // What needs no backend's limits is checked even so: a body that is no JSON object.
@@ -257,7 +268,8 @@ struct RouterServer::Impl {
         return;
       }
       lock.unlock();
-      stream_response(res, relay, *pick, backend.url, connection);
+      stream_response(res, relay, *pick, backend.url, connection,
+                      std::make_shared<HttpEndpoint::RequestSlot>(std::move(*slot)));
       return;
     }
   }
@@ -266,7 +278,8 @@ struct RouterServer::Impl {
   // it with an SSE `error` event (H5's shape).
   void stream_response(httplib::Response& res, const std::shared_ptr<Relay>& relay,
                        BackendPool::Pick pick, const std::string& url,
-                       std::optional<ClientConnection> connection) {
+                       std::optional<ClientConnection> connection,
+                       std::shared_ptr<HttpEndpoint::RequestSlot> slot) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -301,11 +314,11 @@ struct RouterServer::Impl {
           sink.done();
           return true;
         },
-        [this, relay, pick](bool) {
+        [this, relay, pick, slot](bool) {
           relay->stop();
           relay->join();
           pool.done(pick, !relay->error.empty());
-        });
+        });  // the slot is given back with the stream's last copy of this function
   }
 };
 

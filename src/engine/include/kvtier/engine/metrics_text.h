@@ -15,7 +15,8 @@ struct EngineMetrics {
   bool healthy = false;         // /health answers 200
   uint64_t requests_total = 0;  // accepted by submit()
   uint64_t requests_in_flight = 0;
-  uint64_t request_errors_total = 0;  // ended with an error (core failure, shutdown, `err`)
+  uint64_t requests_refused_total = 0;  // answered 429: max_requests_in_flight were in flight
+  uint64_t request_errors_total = 0;    // ended with an error (core failure, shutdown, `err`)
   uint64_t prompt_tokens_total = 0;
   uint64_t generation_tokens_total = 0;
   uint64_t cached_prompt_tokens_total = 0;  // sum of the cores' `cached_tokens`

@@ -10,7 +10,9 @@
 //   GET  /health                                      200 while a backend is in rotation, else 503
 //   GET  /metrics                                     BackendPool::metrics() and the router's own
 //
-// Errors: a request the backends would reject gets their 400/404 from the router; no backend
+// Errors: more than RouterOptions::max_requests_in_flight requests at once get 429
+// {"error": {"code": "overloaded", …}}; a request the backends would reject gets their 400/404
+// from the router; no backend
 // in rotation 503 {"error": {"code": "no_backend", …}}. A request that cannot reach its backend
 // (no connection) is sent to the next one, and that backend leaves the rotation; one whose
 // backend fails after the connection gets 502 (a stream: an SSE `error` event, then the end).
@@ -33,6 +35,8 @@ struct RouterOptions {
   int port = 8000;  // 0: a free port
   // The longest a backend may take to answer (to send the next piece of a stream).
   Duration request_timeout = std::chrono::seconds(600);
+  // Completion requests relayed at once; more are answered 429 (HttpEndpoint).
+  size_t max_requests_in_flight = 256;
 };
 
 class RouterServer {
