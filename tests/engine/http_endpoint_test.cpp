@@ -29,7 +29,7 @@ TEST(HttpEndpoint, APortInUseCannotBeBoundAgain) {
 
 // At most max_requests slots at once; one more is refused (and counted) until a slot is given
 // back.
-TEST(HttpEndpoint, AdmitsAtMostItsRequestsInFlight) {
+TEST(HttpEndpoint, H1_AdmitsAtMostItsRequestsInFlight) {
   httplib::Server http;
   HttpEndpoint endpoint(http, 2);
   std::optional<HttpEndpoint::RequestSlot> first = endpoint.admit();
