@@ -15,7 +15,7 @@ TEST(CudaError, ContextPoisoningErrorsAreSticky) {
        {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorHardwareStackError,
         cudaErrorIllegalInstruction, cudaErrorMisalignedAddress, cudaErrorInvalidAddressSpace,
         cudaErrorInvalidPc, cudaErrorECCUncorrectable, cudaErrorLaunchTimeout, cudaErrorAssert,
-        cudaErrorContained, cudaErrorNvlinkUncorrectable}) {
+        cudaErrorContained, cudaErrorNvlinkUncorrectable, cudaErrorMpsClientTerminated}) {
     EXPECT_EQ(classify(e), ErrorClass::kSticky) << cudaGetErrorName(e);
   }
 }
@@ -28,6 +28,21 @@ TEST(CudaError, OtherErrorsAreOrdinaryFaultsOrNotErrors) {
   EXPECT_EQ(classify(cudaErrorHostMemoryAlreadyRegistered), ErrorClass::kFault);
   EXPECT_EQ(classify(cudaErrorInsufficientDriver), ErrorClass::kNoDriver);
   EXPECT_EQ(classify(cudaErrorNoDevice), ErrorClass::kNoDriver);
+}
+
+// F1: creating a stream or an event can run out of device memory; a transfer turns a DeviceFault
+// there into its outcome, so check() raises one. Only an allocation raises std::bad_alloc.
+TEST(CudaError, F1_OutOfMemoryIsAFaultOutsideAnAllocation) {
+  try {
+    check(cudaErrorMemoryAllocation, "cudaEventCreate");
+    ADD_FAILURE() << "no throw";
+  } catch (const DeviceFault& f) {
+    EXPECT_FALSE(f.sticky());
+    EXPECT_NE(std::string(f.what()).find("cudaEventCreate"), std::string::npos);
+  }
+  EXPECT_THROW(check_allocation(cudaErrorMemoryAllocation, "cudaMalloc"), std::bad_alloc);
+  EXPECT_THROW(check_allocation(cudaErrorIllegalAddress, "cudaMalloc"), DeviceFault);
+  EXPECT_NO_THROW(check_allocation(cudaSuccess, "cudaMalloc"));
 }
 
 TEST(CudaError, FaultsCarryTheOperationTheErrorAndTheIndex) {
@@ -45,7 +60,6 @@ TEST(CudaError, FaultsCarryTheOperationTheErrorAndTheIndex) {
     EXPECT_FALSE(f.sticky());
     EXPECT_FALSE(f.descriptor_index().has_value());
   }
-  EXPECT_THROW(check(cudaErrorMemoryAllocation, "cudaMalloc"), std::bad_alloc);
   EXPECT_THROW(check(cudaErrorLaunchFailure, "cudaEventQuery"), DeviceFault);
   EXPECT_NO_THROW(check(cudaSuccess, "cudaFree"));
 }

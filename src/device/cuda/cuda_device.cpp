@@ -14,6 +14,7 @@
 namespace kvtier {
 
 using cuda::check;
+using cuda::check_allocation;
 
 namespace {
 
@@ -114,14 +115,14 @@ DeviceAddress CudaDevice::allocate(size_t bytes) {
   if (bytes == 0) throw std::invalid_argument("CudaDevice::allocate: zero bytes");
   make_current();
   void* p = nullptr;
-  check(cudaMalloc(&p, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes");
+  check_allocation(cudaMalloc(&p, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes");
   // cudaMemset may return before it finished, on the legacy stream, which the device's
   // non-blocking streams do not wait for: wait here so the zeroes land before any copy.
   cudaError_t err = cudaMemset(p, 0, bytes);
   if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
   if (err != cudaSuccess) {
     (void)cudaFree(p);
-    check(err, "cudaMemset");
+    check_allocation(err, "cudaMemset");
   }
   const auto addr = reinterpret_cast<DeviceAddress>(p);
   std::lock_guard lock(mu_);
@@ -185,10 +186,15 @@ void CudaDevice::unregister_host(void* ptr) {
                             "CudaDevice::unregister_host");
   }
   make_current();
+  // Every piece, also past one that fails: the range is no longer known, so a piece left
+  // registered here would stay pinned for good. The first error is raised after.
   auto* base = static_cast<std::byte*>(ptr);
+  cudaError_t first = cudaSuccess;
   for (size_t offset = 0; offset < bytes; offset += options_.register_piece_bytes) {
-    check(cudaHostUnregister(base + offset), "cudaHostUnregister");
+    const cudaError_t err = cudaHostUnregister(base + offset);
+    if (first == cudaSuccess) first = err;
   }
+  check(first, "cudaHostUnregister");
 }
 
 StreamHandle CudaDevice::create_stream() {
@@ -245,7 +251,12 @@ void CudaDevice::record(EventHandle event, StreamHandle stream) {
 
 bool CudaDevice::query(EventHandle event) {
   const cudaError_t err = cudaEventQuery(as_event(event_of(event)));
-  if (err == cudaErrorNotReady) return false;
+  if (err == cudaErrorNotReady) {
+    // Not an error, but the runtime keeps it as this thread's last error: cleared, so that an
+    // embedder's next cudaGetLastError() does not take it for a failed launch of its own.
+    (void)cudaGetLastError();
+    return false;
+  }
   check(err, "cudaEventQuery");
   return true;
 }

@@ -40,6 +40,12 @@ ErrorClass classify(cudaError_t error) {
     case cudaErrorInvalidPc:
     case cudaErrorLaunchFailure:
     case cudaErrorExternalDevice:
+    // "The MPS client has been terminated by the server. To continue using CUDA, the process
+    // must be terminated and relaunched."
+    case cudaErrorMpsClientTerminated:
+#if CUDART_VERSION >= 13000
+    case cudaErrorTensorMemoryLeak:
+#endif
       return ErrorClass::kSticky;
     default:
       return ErrorClass::kFault;
@@ -57,14 +63,12 @@ void throw_fault(cudaError_t error, std::string_view operation,
 }
 
 void check(cudaError_t error, std::string_view operation) {
-  switch (classify(error)) {
-    case ErrorClass::kSuccess:
-      return;
-    case ErrorClass::kOutOfMemory:
-      throw std::bad_alloc();
-    default:
-      throw_fault(error, operation);
-  }
+  if (classify(error) != ErrorClass::kSuccess) throw_fault(error, operation);
+}
+
+void check_allocation(cudaError_t error, std::string_view operation) {
+  if (classify(error) == ErrorClass::kOutOfMemory) throw std::bad_alloc();
+  check(error, operation);
 }
 
 size_t batch_fault_index(size_t batch_start, size_t batch_count, std::optional<size_t> fail_index) {

@@ -14,7 +14,7 @@ namespace kvtier::cuda {
 enum class ErrorClass {
   kSuccess,
   kNotReady,     // work still running (cudaEventQuery); not an error
-  kOutOfMemory,  // an allocation cannot be had: std::bad_alloc, never a DeviceFault
+  kOutOfMemory,  // memory cannot be had: std::bad_alloc from allocate(), elsewhere a DeviceFault
   kNoDriver,     // no usable driver or GPU: CudaDevice::open reports it, nothing else sees it
   kSticky,       // the context is poisoned; nothing on the device can be shown to have stopped
   kFault,        // any other device error: a DeviceFault that leaves the context usable
@@ -31,8 +31,12 @@ std::string describe(cudaError_t error);
                               std::optional<size_t> descriptor_index = {});
 
 // Checks the result of a call that is not a copy: success returns, anything else throws
-// (throw_fault; kOutOfMemory as std::bad_alloc).
+// (throw_fault). Out of memory too is a (non-sticky) DeviceFault here: creating a stream or an
+// event can run out of memory, and a transfer turns a DeviceFault there into its outcome (F1).
 void check(cudaError_t error, std::string_view operation);
+// The same for the allocation Device::allocate() makes: out of memory is std::bad_alloc, as
+// Device promises.
+void check_allocation(cudaError_t error, std::string_view operation);
 
 // The descriptor index a failed batch call reports: descriptors before `batch_start` were
 // enqueued by earlier calls. With the driver's failure index (CUDA 12.8 entry point) the copies
