@@ -223,7 +223,7 @@ class Worker {
   }
 
   void drain() {
-    check_open();
+    check_usable();  // it submits the stores queued for the next step
     py::gil_scoped_release release;
     const std::unique_lock lock = lock_open();
     if (remote_) {

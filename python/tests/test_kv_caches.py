@@ -65,6 +65,9 @@ def test_a_tensor_whose_memory_moved_is_refused(rig):
     e = expect_error("failed_precondition", rig.worker.start_load, meta)
     assert "kv_caches[1]" in e.message and "moved" in e.message
     expect_error("failed_precondition", rig.worker.queue_stores, meta)  # and stays refused
+    # drain() submits the stores queued for the next step: they would read memory the tensor no
+    # longer holds (and publish it as cache).
+    expect_error("failed_precondition", rig.worker.drain)
 
 
 def test_numpy_arrays_and_raw_buffers_register_zero_copy():
