@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 #include <zmq.h>
 
+#include <charconv>
 #include <cstring>
 #include <set>
 
@@ -62,11 +63,15 @@ Result<Tenants> Tenants::load(const std::filesystem::path& path, const Config& c
   if (!doc.IsMap() || !doc["tenants"] || !doc["tenants"].IsMap() || doc["tenants"].size() == 0) {
     return bad("expected a map 'tenants' of at least one tenant (docs/operations.md)");
   }
+  // yaml-cpp keeps every copy of a key named twice in one map, and a lookup finds the first: a
+  // second 'tenants:' block, or a limit given twice, would be dropped or win silently.
+  std::set<std::string> top_fields;
   for (const auto& top : doc) {
     const std::string field = top.first.as<std::string>("");
     if (field != "tenants" && field != "sharing_groups") {
       return bad("unknown field '" + field + "' (expected tenants, sharing_groups)");
     }
+    if (!top_fields.insert(field).second) return bad("'" + field + "' is given twice");
   }
   uint64_t guaranteed = 0;
   try {
@@ -83,8 +88,10 @@ Result<Tenants> Tenants::load(const std::filesystem::path& path, const Config& c
       if (!body.IsMap()) return bad(where + "expected a map");
       Tenant tenant{.name = name, .space = name, .limits = default_limits(config)};
       const auto id = static_cast<TenantId>(t.tenants_.size());
+      std::set<std::string> fields;
       for (const auto& f : body) {
         const std::string key = f.first.as<std::string>();
+        if (!fields.insert(key).second) return bad(where + "'" + key + "' is given twice");
         if (key == "keys") {
           if (!f.second.IsSequence()) return bad(where + "'keys' must be a list of public keys");
           for (const auto& k : f.second) {
@@ -110,7 +117,14 @@ Result<Tenants> Tenants::load(const std::filesystem::path& path, const Config& c
                      "' (expected keys, max_slots, guaranteed_slots, max_locks, max_transfers, "
                      "max_pins)");
         }
-        *limit = f.second.as<uint64_t>();
+        // Plain decimal, as the configuration's numbers (yaml-cpp would read 010 as 8, 0x10 as 16).
+        const std::string text = f.second.IsScalar() ? f.second.Scalar() : std::string();
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *limit);
+        if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+            (text.size() > 1 && text[0] == '0')) {
+          return bad(where + "'" + key + "' must be a whole number >= 0 in plain decimal, got '" +
+                     text + "'");
+        }
       }
       if (tenant.limits.guaranteed_slots > tenant.limits.max_slots) {
         return bad(where + "guaranteed_slots exceeds max_slots");
@@ -122,9 +136,11 @@ Result<Tenants> Tenants::load(const std::filesystem::path& path, const Config& c
     if (doc["sharing_groups"]) {
       if (!doc["sharing_groups"].IsMap()) return bad("'sharing_groups' must be a map of lists");
       std::set<std::string> grouped;
+      std::set<std::string> group_names;
       for (const auto& group : doc["sharing_groups"]) {
         const std::string name = group.first.as<std::string>();
         const std::string where = "sharing group '" + name + "': ";
+        if (!group_names.insert(name).second) return bad(where + "listed twice");
         if (!valid_name(name)) return bad(where + "a name is 1 to 64 letters, digits, '_-.'");
         if (!group.second.IsSequence()) return bad(where + "expected a list of tenants");
         for (const auto& member : group.second) {

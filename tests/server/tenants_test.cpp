@@ -60,7 +60,18 @@ TEST_F(TenantsFile, EveryBadEntryIsAnErrorNamingIt) {
       {"tenants:\n  alice: {keys: " + a + "}\n  bob: {keys: " + a + "}\n", "listed twice"},
       {"tenants:\n  default: {keys: " + a + "}\n", "reserved"},
       {"tenants:\n  al ice: {keys: " + a + "}\n", "a name is"},
-      {"tenants:\n  alice: {keys: " + a + ", max_slots: -1}\n", "tenants file"},
+      {"tenants:\n  alice: {keys: " + a + ", max_slots: -1}\n", "'max_slots' must be a whole"},
+      // yaml-cpp would read these as 8 and 16.
+      {"tenants:\n  alice: {keys: " + a + ", max_pins: 010}\n", "'max_pins' must be a whole"},
+      {"tenants:\n  alice: {keys: " + a + ", max_pins: 0x10}\n", "'max_pins' must be a whole"},
+      // A key named twice: yaml-cpp keeps both, and a lookup finds one.
+      {"tenants:\n  alice: {keys: " + a + ", max_slots: 1, max_slots: 99}\n",
+       "'max_slots' is given twice"},
+      {"tenants:\n  alice: {keys: " + a + "}\ntenants:\n  bob: {keys: [\"" + b_ + "\"]}\n",
+       "'tenants' is given twice"},
+      {"tenants:\n  alice: {keys: " + a + "}\n  bob: {keys: [\"" + b_ +
+           "\"]}\nsharing_groups:\n  g: [alice]\n  g: [bob]\n",
+       "sharing group 'g': listed twice"},
       {"tenants:\n  alice: {keys: " + a + ", guaranteed_slots: 65}\n", "more than the host pool"},
       {"tenants:\n  alice: {keys: " + a + "}\nsharing_groups:\n  g: [alice, carol]\n",
        "'carol' is not a tenant"},
