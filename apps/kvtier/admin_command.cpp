@@ -185,10 +185,10 @@ Action add_admin_command(CLI::App& app) {
   auto flags = std::make_shared<AdminFlags>();
   cmd->add_option("--endpoint", flags->endpoint, "kvtierd's endpoint (default: server.endpoint)");
   cmd->add_option("--interval", flags->interval_s, "Seconds between refreshes")
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(finite_in(0.1, 3600.0));
   cmd->add_option("--timeout", flags->timeout_s,
                   "Seconds to wait for each reply (default: server.request_timeout_s)")
-      ->check(CLI::Range(0.01, 3600.0));
+      ->check(finite_in(0.01, 3600.0));
   cmd->add_flag("--once", flags->once, "Print one summary and exit");
   return [cmd, flags](const Config& config) -> int {
     if (!cmd->parsed()) return -1;

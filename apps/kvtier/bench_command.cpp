@@ -215,12 +215,12 @@ Action add_bench_command(CLI::App& app) {
   chaos->add_flag("--json", chaos_options->json, "Print JSON Lines instead of key=value rows");
   auto* chaos_seconds =
       chaos->add_option("--seconds", chaos_options->seconds, "Chaos time in seconds (default 60)")
-          ->check(CLI::Range(1.0, 86400.0));
+          ->check(finite_in(1.0, 86400.0));
   chaos
       ->add_option_function<double>(
           "--minutes", [chaos_options](double m) { chaos_options->seconds = m * 60; },
           "Chaos time in minutes")
-      ->check(CLI::Range(0.05, 1440.0))
+      ->check(finite_in(0.05, 1440.0))
       ->excludes(chaos_seconds);
   chaos->add_option("--seed", chaos_options->seed, "Seed of the requests and the fault schedule");
   chaos->add_flag("!--no-server", chaos_options->server_mode,

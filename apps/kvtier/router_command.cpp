@@ -66,14 +66,14 @@ Action add_router_command(CLI::App& app) {
       ->check(CLI::IsMember({"cache", "load"}));
   cmd->add_option("--health-interval", flags->health_interval_s,
                   "Seconds between two /health checks of each backend (default 0.5)")
-      ->check(CLI::Range(0.01, 3600.0));
+      ->check(finite_in(0.01, 3600.0));
   cmd->add_option("--health-timeout", flags->health_timeout_s,
                   "Seconds a backend has to answer /health (default 1)")
-      ->check(CLI::Range(0.01, 600.0));
+      ->check(finite_in(0.01, 600.0));
   cmd->add_option("--request-timeout", flags->request_timeout_s,
                   "Seconds a backend has to answer a request, or to send a stream's next piece "
                   "(default 600)")
-      ->check(CLI::Range(0.01, 86400.0));
+      ->check(finite_in(0.01, 86400.0));
   cmd->add_option("--max-requests-in-flight", flags->max_requests_in_flight,
                   "Completion requests relayed at once; more are answered 429 at once (default "
                   "256)")

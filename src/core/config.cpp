@@ -249,6 +249,12 @@ Status Config::validate() const {
                    std::to_string(server.heartbeat_interval_s) +
                    "), or live idle clients would be reaped");
   }
+  if (engine.stall_timeout_s < 2 * engine.heartbeat_interval_s) {
+    return invalid("engine.stall_timeout_s (" + std::to_string(engine.stall_timeout_s) +
+                   ") must be at least 2 x engine.heartbeat_interval_s (" +
+                   std::to_string(engine.heartbeat_interval_s) +
+                   "), or loops that heartbeat on time would be reported stalled (H6)");
+  }
   if (!server.curve_server_key.empty() && server.curve_server_key.size() != 40) {
     return invalid("server.curve_server_key: must be a Z85 public key of 40 characters, got " +
                    std::to_string(server.curve_server_key.size()));

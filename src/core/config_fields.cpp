@@ -226,7 +226,8 @@ const std::vector<Field>& config_fields() {
         engine.field("heartbeat_interval_s", &EngineConfig::heartbeat_interval_s,
                      positive_seconds(), "Interval of the scheduler and worker loops' heartbeats."),
         engine.field("stall_timeout_s", &EngineConfig::stall_timeout_s, positive_seconds(),
-                     "A loop silent this long is reported stalled: /health answers 503. (H6)"),
+                     "A loop silent this long is reported stalled: /health answers 503. (H6) At "
+                     "least 2 heartbeat intervals, so a loop that beats on time never is."),
         engine.field("progress_timeout_s", &EngineConfig::progress_timeout_s, positive_seconds(),
                      "A running request that computes nothing this long, or an engine core with "
                      "work that completes nothing this long, fails the core: /health answers 503 "

@@ -195,19 +195,24 @@ Status at_most_a_year(double seconds) {
   return invalid("must be at most one year (31536000 s), got " + format_double(seconds));
 }
 
+// And a duration other than 0 is at least a microsecond: one that is less may truncate to 0 ns
+// (a deadline of 1e-10 s would pass at once).
+constexpr double kMinSeconds = 1e-6;
+
 }  // namespace
 
 ConfigValue<double> positive_seconds() {
   return {
-      .values = "seconds, a finite number > 0, at most a year (31536000)",
+      .values = "seconds, from a microsecond (0.000001) to a year (31536000)",
       .parse = [](std::string_view text) -> Result<double> {
         // from_chars reads "nan" and "inf" too: the rule below, not the syntax, rejects them.
         if (auto value = parse_whole<double>(text)) return *value;
         return invalid("must be a number of seconds, got " + quoted(text));
       },
       .check = [](const double& value) -> Status {
-        if (!std::isfinite(value) || value <= 0) {
-          return invalid("must be a finite number > 0, got " + format_double(value));
+        if (!std::isfinite(value) || value < kMinSeconds) {
+          return invalid("must be a finite number of at least 0.000001 (a microsecond), got " +
+                         format_double(value));
         }
         return at_most_a_year(value);
       },
@@ -217,10 +222,11 @@ ConfigValue<double> positive_seconds() {
 
 ConfigValue<double> seconds_or_zero() {
   ConfigValue<double> value = positive_seconds();
-  value.values = "seconds, a finite number >= 0 (0: off), at most a year (31536000)";
+  value.values = "seconds, 0 (off) or from a microsecond (0.000001) to a year (31536000)";
   value.check = [](const double& seconds) -> Status {
-    if (!std::isfinite(seconds) || seconds < 0) {
-      return invalid("must be a finite number >= 0, got " + format_double(seconds));
+    if (!std::isfinite(seconds) || seconds < 0 || (seconds > 0 && seconds < kMinSeconds)) {
+      return invalid("must be 0 or a finite number of at least 0.000001 (a microsecond), got " +
+                     format_double(seconds));
     }
     return at_most_a_year(seconds);
   };

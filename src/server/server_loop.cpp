@@ -226,8 +226,10 @@ Result<std::unique_ptr<SocketLoop>> SocketLoop::setup(const ServerOptions& optio
   router.set(zmq::sockopt::linger, 2000);
   // Frames past 16x max_frame_bytes are dropped by the transport with the connection (the
   // memory bound); frames past max_frame_bytes get a too_large error reply.
-  router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(std::min<uint64_t>(
-                                           config.server.max_frame_bytes * 16, INT32_MAX)));
+  // (Saturated, not multiplied past 64 bits: a setting of 2^60 bytes must not wrap to 0.)
+  const uint64_t frame = config.server.max_frame_bytes;
+  router.set(zmq::sockopt::maxmsgsize,
+             static_cast<int64_t>(frame > INT32_MAX / 16 ? INT32_MAX : frame * 16));
   auto bound = bind_endpoint(router, config.server);
   if (!bound) return std::unexpected(bound.error());
   loop->socket_file_ = std::move(*bound);

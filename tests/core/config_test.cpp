@@ -262,8 +262,10 @@ TEST(ConfigContract, F8_NonfiniteOrNonpositiveDeadlineIsRejected) {
        &TransferConfig::completion_margin_s},
   };
   for (const Deadline& d : deadlines) {
-    const std::string rule = "transfer." + d.name + ": must be a finite number > 0";
-    for (const std::string bad : {"nan", "inf", "-inf", "0", "-0", "-1", "-0.5"}) {
+    const std::string rule =
+        "transfer." + d.name + ": must be a finite number of at least 0.000001";
+    // 1e-10 s would truncate to a deadline of 0 ns, which passes at once.
+    for (const std::string bad : {"nan", "inf", "-inf", "0", "-0", "-1", "-0.5", "1e-10"}) {
       SCOPED_TRACE(d.name + " = " + bad);
       const std::string yaml = "\ntransfer:\n  " + d.name + ": " + bad + "\n";
       ExpectMentions(ErrorOf(parse_config_yaml(yaml)), {rule, "<yaml>:3"});
@@ -639,6 +641,17 @@ TEST(Config, ServerClientTimeoutBelowThreeHeartbeatsIsAnError) {
       << c.error().message;
   EXPECT_TRUE(
       load_config({.overrides = {"server.heartbeat_interval_s=1", "server.client_timeout_s=3"}}));
+}
+
+// H6: a stall timeout shorter than two heartbeats reports loops that beat on time as stalled.
+TEST(Config, H6_EngineStallTimeoutBelowTwoHeartbeatsIsAnError) {
+  Result<Config> c =
+      load_config({.overrides = {"engine.heartbeat_interval_s=10", "engine.stall_timeout_s=5"}});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("engine.stall_timeout_s"), std::string::npos)
+      << c.error().message;
+  EXPECT_TRUE(
+      load_config({.overrides = {"engine.heartbeat_interval_s=0.5", "engine.stall_timeout_s=1"}}));
 }
 
 }  // namespace

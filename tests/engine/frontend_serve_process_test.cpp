@@ -62,6 +62,18 @@ TEST(FrontendServeProcess, ServeRejectsBadFlagValues) {
   EXPECT_NE(output.find("--port"), std::string::npos) << output;
 }
 
+// CLI11's Range lets "nan" through (every comparison with it is false); a seconds flag of nan
+// would reach a duration conversion, which is undefined for it.
+TEST(FrontendServeProcess, SecondsFlagsRefuseWhatIsNotAFiniteNumber) {
+  for (const std::string args : {" router --backend http://127.0.0.1:1 --health-timeout nan",
+                                 " router --backend http://127.0.0.1:1 --request-timeout inf",
+                                 " admin --interval nan", " bench chaos --minutes nan"}) {
+    const auto [output, status] = run_command(std::string(KVTIER_EXE) + args);
+    EXPECT_NE(status, 0) << args << "\n" << output;
+    EXPECT_NE(output.find("must be a number in"), std::string::npos) << args << "\n" << output;
+  }
+}
+
 TEST(FrontendServeProcess, ServeHelpExplainsEachFlag) {
   const auto [output, status] = run_command(std::string(KVTIER_EXE) + " serve --help");
   EXPECT_EQ(status, 0);

@@ -690,3 +690,15 @@ def test_a_transfer_of_too_many_copies_is_refused_before_any_is_made():
         memory.close()
     finally:
         s.stop()
+
+
+def test_a_max_frame_bytes_past_what_the_transport_carries_still_serves():
+    # The transport's own bound is 16 x max_frame_bytes, capped at 2 GiB: a setting of 2^60
+    # bytes must not wrap that bound to 0 (every frame dropped with its connection).
+    s = Server(["server.max_frame_bytes=1048576TiB"])
+    try:
+        c = Client(s)
+        assert c.call({"op": "PING"})["ok"]
+        c.close()
+    finally:
+        s.stop()
