@@ -215,34 +215,38 @@ bool TierMover::read_through_start(std::span<const ChunkKey> keys, size_t host_h
   // prepare_store evicts ready keys not among those it stores: make the host hits the most
   // recently used first.
   cache_.touch(keys.first(host_hits));
-  const std::span<const ChunkKey> fetch = keys.subspan(host_hits, lower);
-  if (prefetch(fetch, owner) == 0) return false;
-  if (prefetch_tried_.size() + fetch.size() > cache_.num_slots() * 4) prefetch_tried_.clear();
-  prefetch_tried_.insert(fetch.begin(), fetch.end());
+  // Only the keys now being fetched are tried: one the host cache held already was not.
+  const std::vector<ChunkKey> fetched = start_prefetch(keys.subspan(host_hits, lower), owner);
+  if (fetched.empty()) return false;
+  if (prefetch_tried_.size() + fetched.size() > cache_.num_slots() * 4) prefetch_tried_.clear();
+  prefetch_tried_.insert(fetched.begin(), fetched.end());
   return true;
 }
 
 size_t TierMover::prefetch(std::span<const ChunkKey> keys, OwnerId owner) {
-  if (tiers_.empty() || keys.empty()) return 0;
+  return start_prefetch(keys, owner).size();
+}
+
+std::vector<ChunkKey> TierMover::start_prefetch(std::span<const ChunkKey> keys, OwnerId owner) {
+  if (tiers_.empty() || keys.empty()) return {};
   std::expected<StorePlan, StoreRefusal> plan = cache_.prepare_store_for(owner, keys);
   if (!plan) {
     std::lock_guard lock(mutex_);
     ++counters_.prefetch_rejected;
-    return 0;
+    return {};
   }
   demote_evicted(*plan);  // before the slots are filled
-  if (plan->keys.empty()) return 0;
+  if (plan->keys.empty()) return {};
   PrefetchJob job{.keys = plan->keys,
                   .slots = plan->slots,
                   .filled = std::vector<bool>(plan->keys.size(), false)};
-  const size_t n = job.keys.size();
   {
     std::lock_guard lock(mutex_);
-    counters_.prefetch_keys += n;
+    counters_.prefetch_keys += job.keys.size();
     prefetch_queue_.push_back(std::move(job));
   }
   work_cv_.notify_all();
-  return n;
+  return std::move(plan->keys);
 }
 
 void TierMover::prefetch_loop() {

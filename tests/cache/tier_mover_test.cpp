@@ -436,6 +436,28 @@ TEST(TierMover, F3_ReadThroughFetchesWhatATierHoldsAndNeverRetriesAFailedKey) {
   EXPECT_EQ(rig.mover->counters().prefetch_keys, 2u);
 }
 
+// Only the keys a read-through reserved count as tried: one it asked for that the host cache
+// already held (so it was never fetched) is fetched once it left the host cache.
+TEST(TierMover, ReadThroughRemembersOnlyTheKeysItFetched) {
+  FakeTier* fake = nullptr;
+  std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});
+  Rig rig(8, std::move(tiers));
+  rig.store({0, 2});  // written behind to the tier as well
+  ASSERT_TRUE(rig.mover->wait_idle(kIdle));
+  fake->insert(key(1), pattern(1));
+  const std::vector<ChunkKey> keys = key_range(0, 3);
+  // Key 0 is a host hit; the tier holds 1 and 2, and only 1 is absent from the host cache.
+  ASSERT_TRUE(rig.mover->read_through(keys, 1));
+  ASSERT_TRUE(rig.mover->wait_idle(kIdle));
+  EXPECT_EQ(rig.mover->poll(), 1u);
+  rig.cache->reset();  // the host cache loses everything, key 2 among it
+  EXPECT_TRUE(rig.mover->read_through(std::vector{key(2)}, 0))
+      << "key 2 was never fetched, and the tier holds it intact";
+  ASSERT_TRUE(rig.mover->wait_idle(kIdle));
+  EXPECT_EQ(rig.mover->poll(), 1u);
+  EXPECT_TRUE(rig.host_has_pattern(2));
+}
+
 TEST(TierMover, DestroyedMidPrefetchLeavesNothingPending) {
   FakeTier* fake = nullptr;
   std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});

@@ -200,6 +200,8 @@ class TierMover {
   // (copying it now). Other events are ignored.
   void on_cache_event(const CacheEvent& event);
   bool enqueue_write(const ChunkKey& key, SlotId slot);
+  // prefetch(), returning the keys it reserved and now fetches (those absent from the host cache).
+  std::vector<ChunkKey> start_prefetch(std::span<const ChunkKey> keys, OwnerId owner);
   void writer_loop();
   void write_batch(std::vector<WriteEntry>& batch);
   void prefetch_loop();
