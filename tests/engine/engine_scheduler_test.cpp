@@ -4,6 +4,7 @@
 // tiny model, connector, host device with injected faults.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "engine/scheduler_rig.h"
@@ -286,6 +287,52 @@ TEST(EngineScheduler, F10_AWholeRequestLoadLandsBeforeItsStepsForwardPassReadsIt
   EXPECT_EQ(result.error, "");
   EXPECT_EQ(result.cached_tokens, 64u);
   EXPECT_EQ(result.tokens, alone(c, b, 4));
+}
+
+// H8 counts a running request's time only while it could compute. A request whose load ends
+// after newer requests were admitted runs before them, and its long suffix takes the whole token
+// budget for several steps: the newer ones wait their turn, and are not running for the
+// watchdog meanwhile (an engine with a budget far below its running requests' needs would
+// otherwise be failed while it serves).
+TEST(EngineScheduler, H8_ARequestTheBudgetPassesOverIsNotStalled) {
+  Config c = base_config(0);
+  c.engine.device_blocks = 12;  // 192 tokens
+  c.engine.max_batched_tokens = 8;
+  c.connector.transfer_granularity = TransferGranularity::kRequest;
+  c.connector.load_in_step = false;  // the load ends first, then the request computes
+  SchedulerRig rig(c);
+  std::mt19937_64 rng(7);
+  const std::vector<TokenId> prefix = random_tokens(rng, 64);
+  auto finish = [&](const std::string& id) {
+    for (int i = 0; i < 200 && !(rig.results().contains(id) && rig.results().at(id).done); ++i)
+      rig.step();
+    ASSERT_TRUE(rig.results().at(id).done) << id;
+  };
+  rig.add("a", prefix, 1);
+  finish("a");  // a's prefix goes to the host cache
+  rig.add("c", random_tokens(rng, 180), 1);
+  finish("c");  // c takes every device block: a's prefix leaves the device
+  std::vector<TokenId> b = prefix;
+  const std::vector<TokenId> suffix = random_tokens(rng, 48);
+  b.insert(b.end(), suffix.begin(), suffix.end());
+  rig.add("b", b, 1);
+  rig.add("n1", random_tokens(rng, 1), 40);
+  rig.add("n2", random_tokens(rng, 1), 40);
+  size_t passed_over_steps = 0;
+  for (int i = 0; i < 300 && rig.done_count() < 5; ++i) {
+    const ProgressSnapshot before = rig.scheduler().progress();
+    rig.step();
+    for (const RequestProgress& now : rig.scheduler().progress().requests) {
+      const auto was = std::ranges::find(before.requests, now.id, &RequestProgress::id);
+      if (was == before.requests.end() || now.mark > was->mark) continue;
+      EXPECT_FALSE(now.running) << now.id << " computed nothing in step " << i
+                                << " but counts as running";
+      passed_over_steps += now.id != "b";
+    }
+  }
+  EXPECT_EQ(rig.done_count(), 5u);
+  EXPECT_GE(rig.results().at("b").cached_tokens, 64u) << "b's prefix was loaded";
+  EXPECT_GE(passed_over_steps, 4u) << "n1 and n2 waited while b's suffix took the budget";
 }
 
 // A request preempted after its first token, admitted again with part of its prompt on the

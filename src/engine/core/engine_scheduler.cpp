@@ -21,6 +21,9 @@ struct EngineScheduler::Request {
   size_t load_from = 0;              // num_computed when its load started
   size_t load_to = 0;                // and where the load ends
   uint64_t progress_mark = 0;        // most tokens ever computed (H8)
+  // Running, but the latest step's token budget ran out on older requests before it: waiting
+  // its turn, not stalled (H8's watchdog counts only running time it could have computed in).
+  bool passed_over = false;
   bool reported_cache = false;
   bool aborted = false;  // ends once its load has ended
   // Layer-wise: computed in its load's step; the result counts once the load completed (F4).
@@ -148,6 +151,7 @@ void EngineScheduler::schedule(Request& r, size_t& budget, std::vector<Request*>
   const size_t n = std::min(r.tokens.size() - r.num_computed, budget);
   if (n == 0) return;
   budget -= n;
+  r.passed_over = false;
   GroupBlocks added(shape_.layout.groups.size(),
                     std::vector<uint32_t>(r.blocks.begin() + static_cast<ptrdiff_t>(r.blocks_given),
                                           r.blocks.end()));
@@ -240,26 +244,31 @@ StepPlan EngineScheduler::plan_step() {
   // running request not yet scheduled in this step, else itself: a request in this step's batch
   // keeps its blocks (its entry would otherwise go out with an empty block table), and the
   // oldest running request always gets the whole device if it needs it (H8).
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Request& r = *running_[i];
+  size_t turn = 0;  // running_[turn] is the next running request to schedule
+  for (; turn < running_.size() && budget > 0;) {
+    Request& r = *running_[turn];
     if (r.state != State::kRunning || stalled_by_hook(r)) {
-      ++i;
+      r.passed_over = false;  // not for want of budget (a stall hook's stall must be seen)
+      ++turn;
       continue;
     }
     const size_t n = std::min(r.tokens.size() - r.num_computed, budget);
     while (!ensure_blocks(r, r.num_computed + n)) {
-      auto victim = std::find_if(running_.rbegin(), running_.rend() - static_cast<ptrdiff_t>(i) - 1,
-                                 [](const Request* v) { return v->state == State::kRunning; });
-      if (victim == running_.rend() - static_cast<ptrdiff_t>(i) - 1) break;
+      auto victim =
+          std::find_if(running_.rbegin(), running_.rend() - static_cast<ptrdiff_t>(turn) - 1,
+                       [](const Request* v) { return v->state == State::kRunning; });
+      if (victim == running_.rend() - static_cast<ptrdiff_t>(turn) - 1) break;
       preempt(**victim);
     }
     if (r.blocks.size() * config_.layout.block_size < r.num_computed + n) {
-      preempt(r);  // running_[i] is now the next request
+      preempt(r);  // running_[turn] is now the next request
       continue;
     }
     schedule(r, budget, scheduled, input);
-    ++i;
+    ++turn;
   }
+  // The budget ran out before the rest: they wait their turn (H8's watchdog does not count it).
+  for (size_t j = turn; j < running_.size(); ++j) running_[j]->passed_over = true;
   // Then waiting requests in order, while budget and room are left. A request that finds no
   // room stops admission, so later (smaller) requests cannot starve it; one that must ask again
   // later (its chunks are being moved) lets the next one go first.
@@ -423,8 +432,9 @@ ProgressSnapshot EngineScheduler::progress() const {
       .transfers_in_flight = side_.connector && side_.connector->counters().jobs_in_flight > 0};
   for (const auto& [id, r] : requests_) {
     if (r->state == State::kFinishing) continue;
-    s.requests.push_back(
-        {.id = id, .mark = r->progress_mark, .running = r->state == State::kRunning});
+    s.requests.push_back({.id = id,
+                          .mark = r->progress_mark,
+                          .running = r->state == State::kRunning && !r->passed_over});
   }
   return s;
 }

@@ -9,9 +9,10 @@
 // a request ends.
 //
 // Reported (each once the time passes `timeout`):
-// - a request that is running (admitted, not loading) and whose mark does not rise; only time
-//   spent running counts, across preemptions, so a request thrashing between waiting and
-//   running is caught and one queued behind others is not;
+// - a request that is running (admitted, not loading, and reached by its step's token budget)
+//   and whose mark does not rise; only time spent running counts, across preemptions, so a
+//   request thrashing between waiting and running is caught and one queued behind others (or
+//   passed over while older requests take the budget) is not;
 // - a core with requests (waiting or running) that completes nothing, unless transfers are in
 //   flight: those end within F8's job timeout and then the requests move on.
 // Not thread-safe; time comes in as arguments so tests drive it without sleeping.
@@ -30,7 +31,8 @@ namespace kvtier {
 struct RequestProgress {
   std::string id;
   uint64_t mark = 0;     // high-water mark of computed tokens
-  bool running = false;  // admitted and computing (not waiting, not loading)
+  bool running = false;  // admitted and computing (not waiting, not loading, not passed over
+                         // by the latest step's token budget)
 };
 
 struct ProgressSnapshot {
