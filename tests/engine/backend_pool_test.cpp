@@ -2,13 +2,18 @@
 // server whose /health and /kvtier/routing answers each test sets. Every wait has a deadline.
 #include "kvtier/engine/backend_pool.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "kvtier/engine/http_endpoint.h"
 #include "kvtier/engine/routing_info.h"
@@ -63,6 +68,32 @@ class ScriptedBackend {
   nlohmann::json routing_;
 };
 
+// A backend that accepts connections (the kernel does, into the listen queue) and never answers.
+class SilentBackend {
+ public:
+  SilentBackend() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(fd_, 64) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+      ADD_FAILURE() << "cannot listen";
+    }
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentBackend() { ::close(fd_); }
+  SilentBackend(const SilentBackend&) = delete;
+  SilentBackend& operator=(const SilentBackend&) = delete;
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 RoutingInfo info_with_context(uint32_t max_context) {
   Config config;
   config.model.max_context = max_context;
@@ -109,6 +140,31 @@ TEST(BackendPool, ABackendThatReturnsIsRoutedToOnlyWithItsNewDescription) {
   ASSERT_TRUE(wait_until([&] { return pool->in_rotation(0); }));
   ASSERT_TRUE(pool->limits());
   EXPECT_EQ(pool->limits()->max_context, 2000u);
+}
+
+// Backends that accept and never answer cost a round of health checks their health_timeout once,
+// together: the backends after them are checked at the pace set, not once per silent backend's
+// timeout each.
+TEST(BackendPool, ABackendThatNeverAnswersDoesNotSlowTheOthersHealthChecks) {
+  std::vector<std::unique_ptr<SilentBackend>> silent;
+  BackendPoolOptions options{.policy = "load", .health_interval = 10ms, .health_timeout = 500ms};
+  for (int i = 0; i < 6; ++i) {
+    silent.push_back(std::make_unique<SilentBackend>());
+    options.backends.push_back(*parse_backend_url(silent.back()->url()));
+  }
+  ScriptedBackend answering;  // checked last in each round
+  answering.set_routing(200, info_with_context(1000));
+  options.backends.push_back(*parse_backend_url(answering.url()));
+  auto pool = BackendPool::start(options);
+  ASSERT_TRUE(pool) << pool.error().to_string();
+  ASSERT_TRUE(wait_until([&] { return (*pool)->in_rotation(6); }));
+  // Checked one after another, a round takes 6 x 500 ms: one check of the answering backend in
+  // 3 s. Together, a round takes 500 ms.
+  const uint64_t seen = answering.checks();
+  const auto window_end = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < window_end) std::this_thread::sleep_for(50ms);
+  EXPECT_GE(answering.checks(), seen + 4);
+  EXPECT_FALSE((*pool)->in_rotation(0));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -91,10 +92,10 @@ struct BackendPool::Impl {
     return {result->status, result->body};
   }
 
-  // One health check of backend n; reads its RoutingInfo when it comes (back) into rotation.
-  void check(size_t n) {
+  // One health check of backend n, whose /health answered (status, body); reads its RoutingInfo
+  // when it comes (back) into rotation.
+  void check(size_t n, int status, const std::string& body) {
     Backend& b = backends[n];
-    const auto [status, body] = get(b.address, "/health");
     bool was_in = false;
     bool read_info = false;
     {
@@ -180,7 +181,19 @@ struct BackendPool::Impl {
     auto next_check = std::chrono::steady_clock::now();
     for (;;) {
       if (std::chrono::steady_clock::now() >= next_check) {
-        for (size_t n = 0; n < backends.size(); ++n) check(n);
+        // Every backend's /health at once: one that does not answer costs a round its
+        // health_timeout once, not once more for every backend checked after it. (With both
+        // policies libstdc++ runs a call inline when no thread can be started.)
+        std::vector<std::future<std::pair<int, std::string>>> answers;
+        answers.reserve(backends.size());
+        for (const Backend& b : backends) {
+          answers.push_back(std::async(std::launch::async | std::launch::deferred,
+                                       [this, &b] { return get(b.address, "/health"); }));
+        }
+        for (size_t n = 0; n < backends.size(); ++n) {
+          const auto [status, body] = answers[n].get();
+          check(n, status, body);
+        }
         next_check = std::chrono::steady_clock::now() + options.health_interval;
       }
       receive_events();
