@@ -145,7 +145,7 @@ TEST(BackendPool, ABackendThatReturnsIsRoutedToOnlyWithItsNewDescription) {
 // Backends that accept and never answer cost a round of health checks their health_timeout once,
 // together: the backends after them are checked at the pace set, not once per silent backend's
 // timeout each.
-TEST(BackendPool, ABackendThatNeverAnswersDoesNotSlowTheOthersHealthChecks) {
+TEST(BackendPool, H3_ABackendThatNeverAnswersDoesNotSlowTheOthersHealthChecks) {
   std::vector<std::unique_ptr<SilentBackend>> silent;
   BackendPoolOptions options{.policy = "load", .health_interval = 10ms, .health_timeout = 500ms};
   for (int i = 0; i < 6; ++i) {
