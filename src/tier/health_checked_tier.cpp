@@ -1,7 +1,9 @@
 #include "kvtier/tier/health_checked_tier.h"
 
 #include <algorithm>
+#include <new>
 #include <stdexcept>
+#include <system_error>
 
 namespace kvtier {
 
@@ -33,6 +35,20 @@ HealthOptions checked(const std::unique_ptr<Tier>& inner, HealthOptions options)
   return options;
 }
 
+// A call of `tier` that runs out of memory or threads fails as an unreachable tier's does, and
+// the tier goes DOWN (H7): it would otherwise end the thread that called it (a tier mover's, a
+// server's) and with it the process. Anything else a tier raises is a bug, and propagates.
+template <class Call>
+auto guarded(const Tier& tier, Call call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const std::bad_alloc&) {
+    return make_error(ErrorCode::kResourceExhausted, "tier " + tier.name() + ": out of memory");
+  } catch (const std::system_error& e) {
+    return make_error(ErrorCode::kUnavailable, "tier " + tier.name() + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 HealthCheckedTier::HealthCheckedTier(std::unique_ptr<Tier> inner, HealthOptions options)
@@ -44,7 +60,9 @@ TierState HealthCheckedTier::state() const {
 }
 
 bool HealthCheckedTier::admit() {
-  return health_.admit([&] { return inner_->ping(health_.options().probe_timeout); });
+  return health_.admit([&] {
+    return guarded(*inner_, [&] { return inner_->ping(health_.options().probe_timeout); });
+  });
 }
 
 TierState HealthCheckedTier::probe_if_due() {
@@ -70,7 +88,8 @@ Result<std::vector<ChunkStatus>> HealthCheckedTier::do_put(
     std::span<const ChunkKey> keys, std::span<const std::span<const std::byte>> chunks,
     Duration timeout) {
   if (!admit()) return skipped();
-  Result<std::vector<ChunkStatus>> result = inner_->put(keys, chunks, timeout);
+  Result<std::vector<ChunkStatus>> result =
+      guarded(*inner_, [&] { return inner_->put(keys, chunks, timeout); });
   observe(result);
   return result;
 }
@@ -78,7 +97,8 @@ Result<std::vector<ChunkStatus>> HealthCheckedTier::do_put(
 Result<std::vector<ChunkStatus>> HealthCheckedTier::do_get(
     std::span<const ChunkKey> keys, std::span<const std::span<std::byte>> dst, Duration timeout) {
   if (!admit()) return skipped();
-  Result<std::vector<ChunkStatus>> result = inner_->get(keys, dst, timeout);
+  Result<std::vector<ChunkStatus>> result =
+      guarded(*inner_, [&] { return inner_->get(keys, dst, timeout); });
   observe(result);
   return result;
 }
@@ -86,14 +106,15 @@ Result<std::vector<ChunkStatus>> HealthCheckedTier::do_get(
 Result<std::vector<bool>> HealthCheckedTier::do_contains(std::span<const ChunkKey> keys,
                                                          Duration timeout) {
   if (!admit()) return skipped();
-  Result<std::vector<bool>> result = inner_->contains(keys, timeout);
+  Result<std::vector<bool>> result =
+      guarded(*inner_, [&] { return inner_->contains(keys, timeout); });
   if (!result) health_.mark_down(result.error().to_string());
   return result;
 }
 
 Status HealthCheckedTier::do_ping(Duration timeout) {
   if (!admit()) return skipped();
-  Status ok = inner_->ping(timeout);
+  Status ok = guarded(*inner_, [&] { return inner_->ping(timeout); });
   if (!ok) health_.mark_down(ok.error().to_string());
   return ok;
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "kvtier/tier/tier.h"
@@ -24,6 +25,11 @@ class FakeTier final : public Tier {
   void set_unreachable(bool down) {
     std::lock_guard lock(mutex_);
     unreachable_ = down;
+  }
+  // While set, every call raises std::bad_alloc (a tier out of memory).
+  void set_out_of_memory(bool out) {
+    std::lock_guard lock(mutex_);
+    out_of_memory_ = out;
   }
   // While set, put() (get()) blocks until released (a slow tier); wait_blocked_in_put()
   // (wait_blocked_in_get()) tells when one is waiting there.
@@ -87,6 +93,7 @@ class FakeTier final : public Tier {
                                           Duration) override {
     std::unique_lock lock(mutex_);
     pass(puts_, lock);
+    if (out_of_memory_) throw std::bad_alloc();
     if (unreachable_) return make_error(ErrorCode::kUnavailable, name_ + " unreachable");
     std::vector<ChunkStatus> out;
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -104,6 +111,7 @@ class FakeTier final : public Tier {
                                           Duration) override {
     std::unique_lock lock(mutex_);
     pass(gets_, lock);
+    if (out_of_memory_) throw std::bad_alloc();
     get_sizes_.push_back(keys.size());
     if (unreachable_) return make_error(ErrorCode::kUnavailable, name_ + " unreachable");
     std::vector<ChunkStatus> out;
@@ -124,6 +132,7 @@ class FakeTier final : public Tier {
   }
   Result<std::vector<bool>> do_contains(std::span<const ChunkKey> keys, Duration) override {
     std::lock_guard lock(mutex_);
+    if (out_of_memory_) throw std::bad_alloc();
     if (unreachable_) return make_error(ErrorCode::kUnavailable, name_ + " unreachable");
     std::vector<bool> out;
     for (const ChunkKey& k : keys) out.push_back(!on_down_part(k) && chunks_.contains(k));
@@ -132,6 +141,7 @@ class FakeTier final : public Tier {
   Status do_ping(Duration) override {
     std::lock_guard lock(mutex_);
     ++pings_;
+    if (out_of_memory_) throw std::bad_alloc();
     if (unreachable_) return make_error(ErrorCode::kUnavailable, name_ + " unreachable");
     return {};
   }
@@ -167,6 +177,7 @@ class FakeTier final : public Tier {
   std::condition_variable cv_;
   std::map<ChunkKey, std::vector<std::byte>> chunks_;
   bool unreachable_ = false;
+  bool out_of_memory_ = false;
   Hold puts_;
   Hold gets_;
   std::vector<size_t> get_sizes_;

@@ -52,6 +52,29 @@ TEST(HealthCheckedTier, H7_FailingTierIsMarkedDownAndSkipped) {
   EXPECT_EQ(rig.tier->counters().skipped_calls, 5u);
 }
 
+// A tier out of memory fails its calls and is DOWN, as an unreachable one: the exception would
+// otherwise end the thread that called it (a tier mover's) and the process with it.
+TEST(HealthCheckedTier, H7_ATierOutOfMemoryIsDownNotACrash) {
+  Rig rig;
+  rig.fake->set_out_of_memory(true);
+  std::vector<std::byte> bytes(8);
+  const std::span<const std::byte> chunk(bytes);
+  const Result<std::vector<ChunkStatus>> put =
+      rig.tier->put(std::span(&kHealthKey, 1), std::span(&chunk, 1), kCallTimeout);
+  ASSERT_FALSE(put);
+  EXPECT_EQ(put.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_EQ(rig.tier->state(), TierState::kDown);
+  EXPECT_NE(rig.tier->metrics().last_error.find("out of memory"), std::string::npos);
+  // Its probe is a call too: while it still fails the tier stays DOWN, then it recovers.
+  rig.clock.advance(1s);
+  EXPECT_FALSE(rig.contains());
+  EXPECT_EQ(rig.tier->state(), TierState::kDown);
+  rig.fake->set_out_of_memory(false);
+  rig.clock.advance(2s);
+  EXPECT_TRUE(rig.contains());
+  EXPECT_EQ(rig.tier->state(), TierState::kUp);
+}
+
 TEST(HealthCheckedTier, H7_ProbesWithExponentialBackoffThenRecovers) {
   Rig rig;
   rig.fake->set_unreachable(true);
