@@ -179,6 +179,26 @@ def test_bad_calls_are_errors_not_crashes(rig):
     assert e.value.code == "failed_precondition"
 
 
+def test_a_call_with_a_bad_rank_changes_nothing(rig):
+    # Outputs of a good rank and a bad one: the error comes before any verdict is applied, so
+    # the same good output given again finishes the load (none is acknowledged and then lost).
+    compute_and_store(rig, "a", [0, 1, 2, 3, 4])
+    m = rig.scheduler.get_num_new_matched_tokens("b", PROMPT, 0)
+    rig.scheduler.update_state_after_alloc("b", [8, 9, 10, 11, 12], m.tokens)
+    rig.n += 1
+    rig.worker.start_load(rig.scheduler.build_step_metadata(rig.n, []))
+    rig.worker.drain()
+    out = rig.worker.take_output()
+    assert out.finished, "the load's verdicts"
+    with pytest.raises(kvtier.Error) as e:
+        rig.scheduler.update_from_worker_output(
+            [out, kvtier.WorkerOutput(1, [], [[]], False, "")])
+    assert e.value.code == "invalid_argument" and "rank 1" in e.value.message
+    assert rig.scheduler.update_from_worker_output([out]).loads == [
+        kvtier.LoadFinished("b", 16, "completed")]
+    rig.scheduler.audit()
+
+
 def test_token_tensors_and_arrays_are_accepted(rig):
     compute_and_store(rig, "a", [0, 1, 2, 3, 4])
     for tokens in (torch.tensor(PROMPT), np.array(PROMPT, dtype=np.uint32),

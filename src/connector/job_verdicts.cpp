@@ -8,6 +8,14 @@
 namespace kvtier {
 
 StepOutcome SchedulerConnector::update_from_worker_output(std::span<const WorkerOutput> outputs) {
+  // Bad arguments before anything changes (F2): verdicts applied and then lost with a throw
+  // would leave their requests waiting for good.
+  for (const WorkerOutput& o : outputs) {
+    if (o.rank >= options_.world_size) {
+      throw std::invalid_argument("worker output from rank " + std::to_string(o.rank) +
+                                  ", world_size is " + std::to_string(options_.world_size));
+    }
+  }
   StepOutcome out;
   // Loads that never started (update_state_after_alloc) end here.
   out.loads = std::move(resumed_);
@@ -19,10 +27,6 @@ StepOutcome SchedulerConnector::update_from_worker_output(std::span<const Worker
     }
   }
   for (const WorkerOutput& o : outputs) {
-    if (o.rank >= options_.world_size) {
-      throw std::invalid_argument("worker output from rank " + std::to_string(o.rank) +
-                                  ", world_size is " + std::to_string(options_.world_size));
-    }
     if (o.fail_stop) {
       fail_stop("rank " + std::to_string(o.rank) + ": " + o.fail_stop_reason, out);
     }
