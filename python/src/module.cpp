@@ -147,6 +147,11 @@ GroupBlocks to_group_blocks(py::handle blocks, size_t groups, const char* what) 
                   std::string(what) +
                       ": expected a list of block ids (non-negative ints), or "
                       "one such list per group");
+  } catch (const py::error_already_set& e) {
+    // Not a sequence at all (an int, a set): len() or [0] raised in Python.
+    throw KvError(ErrorCode::kInvalidArgument,
+                  std::string(what) + ": expected a list of block ids, or one list per group (" +
+                      e.what() + ")");
   }
   if (out.size() != groups) {
     throw KvError(ErrorCode::kInvalidArgument, std::string(what) + ": " +

@@ -165,6 +165,10 @@ def test_bad_calls_are_errors_not_crashes(rig):
     with pytest.raises(kvtier.Error) as e:
         rig.scheduler.update_state_after_alloc("x", [[0], [1]], 0)  # two groups
     assert e.value.code == "invalid_argument"
+    for not_a_list in (5, {1}):  # TypeError from Python before, not kvtier.Error
+        with pytest.raises(kvtier.Error) as e:
+            rig.scheduler.update_state_after_alloc("x", not_a_list, 0)
+        assert e.value.code == "invalid_argument"
     with pytest.raises(kvtier.Error):
         rig.scheduler.get_num_new_matched_tokens("x", [1, -2, 3], 0)
     with pytest.raises(kvtier.Error):
