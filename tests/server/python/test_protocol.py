@@ -80,8 +80,13 @@ class Server:
         # stderr is inherited: pytest shows it with a failure (a sanitizer's report included).
         self.process = subprocess.Popen(args + ["server", "--test-hooks"])
         probe = Client(self)
-        wait_until_answering(self.process, probe)
-        probe.close()
+        try:
+            wait_until_answering(self.process, probe)
+        except BaseException:
+            self.stop()  # a server that never answered is not left running
+            raise
+        finally:
+            probe.close()
 
     def alive(self):
         return self.process.poll() is None
