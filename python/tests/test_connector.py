@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kvtier
-from conftest import Rig, small_config
+from conftest import NUM_BLOCKS, Rig, small_config
 
 PROMPT = list(range(1, 18))  # 17 tokens: two 8-token chunks and one token to compute
 
@@ -201,6 +201,43 @@ def test_a_call_with_a_bad_rank_changes_nothing(rig):
     assert rig.scheduler.update_from_worker_output([out]).loads == [
         kvtier.LoadFinished("b", 16, "completed")]
     rig.scheduler.audit()
+
+
+@pytest.mark.parametrize("granularity", ["layer", "request"])
+def test_F2_a_job_out_of_range_of_the_tensors_raises_fails_and_leaves_nothing_queued(granularity):
+    # The scheduler side does not know how many blocks the worker's tensors hold: blocks past
+    # them reach the worker in its metadata. The call that gets them raises, and the job fails
+    # (F1: the scheduler side's job ends); nothing of it stays queued to raise again.
+    r = Rig(small_config(f"connector.transfer_granularity={granularity}"))
+    try:
+        r.scheduler.get_num_new_matched_tokens("bad", PROMPT, 0)
+        r.scheduler.update_state_after_alloc("bad", [NUM_BLOCKS + b for b in range(5)], 0)
+        r.n += 1
+        meta = r.scheduler.build_step_metadata(
+            r.n, [kvtier.ScheduledRequest("bad", PROMPT, len(PROMPT), [], len(PROMPT))])
+        assert len(meta.stores) == 1
+        with pytest.raises(kvtier.Error) as e:
+            r.worker.start_load(meta)
+            r.worker.queue_stores(meta)
+        assert e.value.code == "invalid_argument" and "out of range" in e.value.message
+        out = r.worker.take_output()
+        assert [v.outcome for v in out.finished] == ["failed"]
+        r.scheduler.update_from_worker_output([out])
+        r.scheduler.request_finished("bad")
+        assert r.scheduler.counters()["jobs_in_flight"] == 0
+        # The same prompt is stored and loaded back as if the bad step never came.
+        compute_and_store(r, "a", [0, 1, 2, 3, 4])
+        assert r.scheduler.counters()["stores_completed"] == 1
+        m = r.scheduler.get_num_new_matched_tokens("b", PROMPT, 0)
+        assert m.tokens == 16
+        r.scheduler.update_state_after_alloc("b", [8, 9, 10, 11, 12], m.tokens)
+        r.settle()
+        assert r.scheduler.counters()["loads_completed"] == 1
+        assert r.worker.stats()["failed"] == 0
+        r.worker.audit()
+        r.scheduler.audit()
+    finally:
+        r.worker.close()
 
 
 def test_token_tensors_and_arrays_are_accepted(rig):

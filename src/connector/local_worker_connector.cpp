@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <unordered_set>
 #include <utility>
 
 namespace kvtier {
@@ -60,11 +61,65 @@ void LocalWorkerConnector::register_layered(const TransferJob& job, Direction di
   }
 }
 
+void LocalWorkerConnector::check_ids(std::span<const TransferJob> loads,
+                                     std::span<const TransferJob> stores) const {
+  std::unordered_set<JobId> ids;
+  for (const TransferJob& job : queued_stores_) ids.insert(job.job);
+  for (std::span<const TransferJob> jobs : {loads, stores}) {
+    for (const TransferJob& job : jobs) {
+      if (!ids.insert(job.job).second || layered_.contains(job.job) ||
+          load_blocks_.contains(job.job)) {
+        throw std::invalid_argument("LocalWorkerConnector: job " + std::to_string(job.job) +
+                                    " is given twice or still in flight");
+      }
+    }
+  }
+}
+
+std::vector<TransferJob> LocalWorkerConnector::accept(std::span<const TransferJob> jobs,
+                                                      Direction direction, std::string& refusal) {
+  std::vector<TransferJob> accepted;
+  for (const TransferJob& job : jobs) {
+    try {
+      engine_->check(job.chunks);
+      accepted.push_back(job);
+    } catch (const std::invalid_argument& e) {
+      const std::string error = std::string(to_string(direction)) + " job " +
+                                std::to_string(job.job) + " refused: " + e.what();
+      if (direction == Direction::kLoad) {
+        GroupBlocks blocks(groups_);  // F4: the blocks it named that exist
+        for (const ChunkTransfer& c : job.chunks) {
+          if (c.group < groups_)
+            blocks[c.group].insert(blocks[c.group].end(), c.blocks.begin(), c.blocks.end());
+        }
+        load_blocks_.emplace(job.job, std::move(blocks));
+      }
+      add_verdict(job.job, direction, Outcome::kFailed, error);
+      if (refusal.empty()) refusal = "LocalWorkerConnector: " + error;
+    }
+  }
+  return accepted;
+}
+
 void LocalWorkerConnector::start_load(const StepMetadata& metadata) {
   if (!engine_)
     throw std::logic_error("LocalWorkerConnector: start_load before register_kv_caches");
+  const bool layered = granularity_ == TransferGranularity::kLayer;
+  // Stores go at queue_stores, whole-request; layer-wise they are taken here.
+  check_ids(metadata.loads, layered ? std::span<const TransferJob>(metadata.stores)
+                                    : std::span<const TransferJob>());
   flush(metadata.flush);
-  for (const TransferJob& job : metadata.loads) {
+  std::string refusal;
+  const std::vector<TransferJob> loads = accept(metadata.loads, Direction::kLoad, refusal);
+  const std::vector<TransferJob> stores =
+      layered ? accept(metadata.stores, Direction::kStore, refusal) : std::vector<TransferJob>();
+  start(loads, stores);
+  if (!refusal.empty()) throw std::invalid_argument(refusal);
+}
+
+void LocalWorkerConnector::start(std::span<const TransferJob> loads,
+                                 std::span<const TransferJob> stores) {
+  for (const TransferJob& job : loads) {
     GroupBlocks blocks(groups_);
     for (const ChunkTransfer& c : job.chunks) {
       blocks.at(c.group).insert(blocks[c.group].end(), c.blocks.begin(), c.blocks.end());
@@ -73,12 +128,12 @@ void LocalWorkerConnector::start_load(const StepMetadata& metadata) {
     if (granularity_ == TransferGranularity::kRequest) submit(job, Direction::kLoad);
   }
   if (granularity_ == TransferGranularity::kRequest) {
-    if (!loads_in_step_ || metadata.loads.empty()) return;
-    std::vector<JobId> loads;
-    loads.reserve(metadata.loads.size());
-    for (const TransferJob& job : metadata.loads) loads.push_back(job.job);
+    if (!loads_in_step_ || loads.empty()) return;
+    std::vector<JobId> ids;
+    ids.reserve(loads.size());
+    for (const TransferJob& job : loads) ids.push_back(job.job);
     // F10: the forward pass enqueued next reads the loaded blocks only after their copies ended.
-    if (!engine_->fence_compute(loads) && fail_stop_reason_.empty()) {
+    if (!engine_->fence_compute(ids) && fail_stop_reason_.empty()) {
       fail_stop_reason_ = "a load could not be fenced before the forward pass";
     }
     return;
@@ -89,10 +144,10 @@ void LocalWorkerConnector::start_load(const StepMetadata& metadata) {
   for (auto& group : layer_loads_) {
     for (auto& parts : group) parts.clear();  // waits the last step did not ask for
   }
-  for (const TransferJob& job : metadata.loads) register_layered(job, Direction::kLoad);
+  for (const TransferJob& job : loads) register_layered(job, Direction::kLoad);
   const uint32_t most_layers = layers_.empty() ? 0 : std::ranges::max(layers_);
   for (uint32_t l = 0; l < most_layers; ++l) {
-    for (const TransferJob& job : metadata.loads) {
+    for (const TransferJob& job : loads) {
       for (uint32_t g = 0; g < groups_; ++g) {
         if (l >= layers_[g]) continue;
         if (JobId part = submit_part(job, Direction::kLoad, {g, l})) {
@@ -101,7 +156,7 @@ void LocalWorkerConnector::start_load(const StepMetadata& metadata) {
       }
     }
   }
-  for (const TransferJob& job : metadata.stores) {
+  for (const TransferJob& job : stores) {
     register_layered(job, Direction::kStore);
     layer_stores_.push_back(LayeredStore{.job = job, .saved = {}});
     for (uint32_t layers : layers_) layer_stores_.back().saved.emplace_back(layers, false);
@@ -142,15 +197,30 @@ void LocalWorkerConnector::queue_stores(const StepMetadata& metadata) {
     layer_stores_.clear();
     return;
   }
-  queued_stores_.insert(queued_stores_.end(), metadata.stores.begin(), metadata.stores.end());
+  if (!engine_)
+    throw std::logic_error("LocalWorkerConnector: queue_stores before register_kv_caches");
+  check_ids({}, metadata.stores);
+  std::string refusal;
+  std::vector<TransferJob> stores = accept(metadata.stores, Direction::kStore, refusal);
+  queued_stores_.insert(queued_stores_.end(), std::make_move_iterator(stores.begin()),
+                        std::make_move_iterator(stores.end()));
+  if (!refusal.empty()) throw std::invalid_argument(refusal);
 }
 
 void LocalWorkerConnector::flush(std::span<const JobId> jobs) {
   if (!engine_) throw std::logic_error("LocalWorkerConnector: flush before register_kv_caches");
   // Stores queued last step read KV the previous forward pass wrote; the TransferEngine fences
   // them behind that compute (F10), so they go now, before this step's compute is enqueued.
-  for (const TransferJob& job : queued_stores_) submit(job, Direction::kStore);
-  queued_stores_.clear();
+  // One that raises (F2) is not submitted again: the ones after it stay queued.
+  std::vector<TransferJob> stores = std::exchange(queued_stores_, {});
+  for (size_t i = 0; i < stores.size(); ++i) {
+    try {
+      submit(stores[i], Direction::kStore);
+    } catch (...) {
+      queued_stores_.assign(stores.begin() + static_cast<std::ptrdiff_t>(i) + 1, stores.end());
+      throw;
+    }
+  }
   // Layer-wise, the TransferEngine knows a job by its parts.
   std::vector<JobId> parts;
   if (granularity_ == TransferGranularity::kLayer) {

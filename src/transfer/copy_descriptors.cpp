@@ -53,7 +53,44 @@ void append(std::vector<CopyDescriptor>& out, DeviceAddress& last_tensor, Device
   out.push_back(CopyDescriptor{src, dst, bytes});
 }
 
+void check_chunk_transfer(const KvLayout& layout, const KvCacheAddresses& caches,
+                          const HostSlots& slots, const ChunkTransfer& chunk) {
+  if (chunk.group >= layout.groups.size() || chunk.group >= caches.groups.size()) {
+    throw std::invalid_argument("chunk transfer: group " + std::to_string(chunk.group) +
+                                " does not exist");
+  }
+  const KvGroup& g = layout.groups[chunk.group];
+  if (chunk.first_block >= g.blocks_per_chunk ||
+      chunk.blocks.size() != g.blocks_per_chunk - chunk.first_block) {
+    throw std::invalid_argument("chunk transfer: " + std::to_string(chunk.blocks.size()) +
+                                " blocks from block " + std::to_string(chunk.first_block) +
+                                ", a chunk of group " + std::to_string(chunk.group) + " has " +
+                                std::to_string(g.blocks_per_chunk));
+  }
+  if (chunk.slot >= slots.num_slots) {
+    throw std::invalid_argument("chunk transfer: slot " + std::to_string(chunk.slot) +
+                                " out of range (" + std::to_string(slots.num_slots) + ")");
+  }
+  for (uint32_t b : chunk.blocks) {
+    if (b >= caches.groups[chunk.group].num_blocks) {
+      throw std::invalid_argument("chunk transfer: block " + std::to_string(b) + " out of range (" +
+                                  std::to_string(caches.groups[chunk.group].num_blocks) + ")");
+    }
+  }
+  const bool one_layer = chunk.layer != ChunkTransfer::kAllLayers;
+  if (one_layer && chunk.layer >= g.layers) {
+    throw std::invalid_argument("chunk transfer: layer " + std::to_string(chunk.layer) +
+                                " out of range (group " + std::to_string(chunk.group) + " has " +
+                                std::to_string(g.layers) + ")");
+  }
+}
+
 }  // namespace
+
+void check_chunk_transfers(const KvLayout& layout, const KvCacheAddresses& caches,
+                           const HostSlots& slots, std::span<const ChunkTransfer> chunks) {
+  for (const ChunkTransfer& chunk : chunks) check_chunk_transfer(layout, caches, slots, chunk);
+}
 
 std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
                                                    const KvCacheAddresses& caches,
@@ -63,35 +100,10 @@ std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
   std::vector<CopyDescriptor> out;
   DeviceAddress last_tensor = 0;  // of the last copy
   for (const ChunkTransfer& chunk : chunks) {
-    if (chunk.group >= layout.groups.size() || chunk.group >= caches.groups.size()) {
-      throw std::invalid_argument("chunk transfer: group " + std::to_string(chunk.group) +
-                                  " does not exist");
-    }
+    check_chunk_transfer(layout, caches, slots, chunk);
     const KvGroup& g = layout.groups[chunk.group];
     const GroupCacheAddresses& cache = caches.groups[chunk.group];
-    if (chunk.first_block >= g.blocks_per_chunk ||
-        chunk.blocks.size() != g.blocks_per_chunk - chunk.first_block) {
-      throw std::invalid_argument("chunk transfer: " + std::to_string(chunk.blocks.size()) +
-                                  " blocks from block " + std::to_string(chunk.first_block) +
-                                  ", a chunk of group " + std::to_string(chunk.group) + " has " +
-                                  std::to_string(g.blocks_per_chunk));
-    }
-    if (chunk.slot >= slots.num_slots) {
-      throw std::invalid_argument("chunk transfer: slot " + std::to_string(chunk.slot) +
-                                  " out of range (" + std::to_string(slots.num_slots) + ")");
-    }
-    for (uint32_t b : chunk.blocks) {
-      if (b >= cache.num_blocks) {
-        throw std::invalid_argument("chunk transfer: block " + std::to_string(b) +
-                                    " out of range (" + std::to_string(cache.num_blocks) + ")");
-      }
-    }
     const bool one_layer = chunk.layer != ChunkTransfer::kAllLayers;
-    if (one_layer && chunk.layer >= g.layers) {
-      throw std::invalid_argument("chunk transfer: layer " + std::to_string(chunk.layer) +
-                                  " out of range (group " + std::to_string(chunk.group) + " has " +
-                                  std::to_string(g.layers) + ")");
-    }
     const uint32_t first_layer = one_layer ? chunk.layer : 0;
     const uint32_t end_layer = one_layer ? chunk.layer + 1 : g.layers;
     const DeviceAddress slot = slots.base + uint64_t{chunk.slot} * slots.slot_bytes;

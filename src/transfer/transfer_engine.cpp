@@ -104,6 +104,10 @@ TransferEngine::Transfer* TransferEngine::find(JobId job) {
   return nullptr;
 }
 
+void TransferEngine::check(std::span<const ChunkTransfer> chunks) const {
+  check_chunk_transfers(layout_, caches_, slots_, chunks);
+}
+
 void TransferEngine::submit(JobId job, Direction direction, std::span<const ChunkTransfer> chunks) {
   if (find(job)) {
     throw std::invalid_argument("TransferEngine::submit: job " + std::to_string(job) +

@@ -17,6 +17,12 @@
 //   start_load submits the step's loads layer-major (layer 0 of every load, then layer 1, …) and
 //   takes the step's stores, which save_layer sends layer by layer; queue_stores sends the
 //   layers not saved yet (an engine that saved none sends them all after its forward pass).
+// - start_load and queue_stores check their metadata's jobs. A job id given twice or still in
+//   flight is std::invalid_argument (F2) before anything is done. A job with a chunk out of
+//   range of the registered caches or pool (a group, block, slot or layer) is refused: it gets
+//   a Failed verdict (a load's blocks reported invalid, F4) so the scheduler side's job ends
+//   (F1), the call does the rest of its work, then raises std::invalid_argument naming it (F2).
+//   Nothing of a refused job stays queued: later steps go on.
 // - register_kv_caches comes first, once; the caller owns the caches and the pool, which must
 //   outlive every copy (the device drained).
 //
@@ -104,6 +110,14 @@ class LocalWorkerConnector final : public WorkerConnector {
   // Returns the part's id, or 0 when it has none.
   JobId submit_part(const TransferJob& job, Direction direction, KvLayer layer);
   void register_layered(const TransferJob& job, Direction direction);
+  // std::invalid_argument for a job id given twice or still in flight.
+  void check_ids(std::span<const TransferJob> loads, std::span<const TransferJob> stores) const;
+  // The jobs whose chunks fit the registered caches and pool; the others get a Failed verdict,
+  // and the first one's reason goes to `refusal`.
+  std::vector<TransferJob> accept(std::span<const TransferJob> jobs, Direction direction,
+                                  std::string& refusal);
+  // start_load's work for the accepted jobs.
+  void start(std::span<const TransferJob> loads, std::span<const TransferJob> stores);
   void save_layer_of(LayeredStore& store, KvLayer layer);
   void add_verdict(JobId job, Direction direction, Outcome outcome, std::string error);
   void collect();

@@ -62,6 +62,11 @@ std::vector<CopyDescriptor> build_copy_descriptors(const KvLayout& layout,
                                                    std::span<const ChunkTransfer> chunks,
                                                    bool coalesce);
 
+// The checks build_copy_descriptors makes of each chunk, alone: the same std::invalid_argument
+// for the first chunk that fails one.
+void check_chunk_transfers(const KvLayout& layout, const KvCacheAddresses& caches,
+                           const HostSlots& slots, std::span<const ChunkTransfer> chunks);
+
 // Checks that `caches` matches `layout` and that every chunk fits a slot of `slots`.
 void validate_addresses(const KvLayout& layout, const KvCacheAddresses& caches,
                         const HostSlots& slots);

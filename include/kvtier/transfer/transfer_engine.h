@@ -89,6 +89,9 @@ class TransferEngine {
   // Enqueues the copies of `chunks`. Never raises a DeviceFault. Bad arguments (unknown
   // block or slot, duplicate job id) are std::invalid_argument.
   void submit(JobId job, Direction direction, std::span<const ChunkTransfer> chunks);
+  // What submit raises for `chunks` out of this engine's range (group, block, slot, layer),
+  // without submitting anything.
+  void check(std::span<const ChunkTransfer> chunks) const;
 
   // Results decided since the last call, in submission order per direction.
   std::vector<TransferResult> poll();

@@ -73,9 +73,10 @@ void RemoteWorkerConnector::submit(const TransferJob& transfer, Direction direct
   std::vector<std::vector<std::vector<uint32_t>>> blocks(layout_.groups.size());
   for (size_t i = 0; i < transfer.chunks.size() && job.failed_now.empty(); ++i) {
     const ChunkTransfer& c = transfer.chunks[i];
-    if (c.group >= layout_.groups.size()) {
-      throw std::invalid_argument("job " + std::to_string(transfer.job) + ": group " +
-                                  std::to_string(c.group));
+    if (c.group >= layout_.groups.size()) {  // refused, as kvtierd refuses a block it lacks
+      job.failed_now = "job " + std::to_string(transfer.job) + ": group " +
+                       std::to_string(c.group) + " does not exist";
+      break;
     }
     const ChunkKey key = rank_key(transfer.keys[i], rank_);
     job.blocks[c.group].insert(job.blocks[c.group].end(), c.blocks.begin(), c.blocks.end());
