@@ -143,6 +143,10 @@ class DiskTier final : public Tier {
     uint64_t offset = 0;
     uint64_t payload_bytes = 0;
     std::list<ChunkKey>::iterator lru;
+    // Its payload is known intact: this process wrote it, or read and verified it. A record
+    // found by the scan on open is not (its payload may be torn): a put of its key writes it
+    // again rather than trusting it.
+    bool verified = false;
   };
   // What write_records writes: a payload, and whether its memory is 4 KiB-aligned and readable
   // up to the next 4 KiB boundary (then it is written without a bounce copy).
@@ -192,7 +196,7 @@ class DiskTier final : public Tier {
   // which this erases.
   void drop_spare_locked(SegmentPtr spare);
   void insert_locked(const ChunkKey& key, const SegmentPtr& segment, uint64_t offset,
-                     uint64_t payload_bytes);
+                     uint64_t payload_bytes, bool verified);
   void erase_locked(const ChunkKey& key);
   void maybe_retire_locked(const SegmentPtr& segment);
   void retire_locked(const SegmentPtr& segment);

@@ -325,7 +325,8 @@ Status DiskTier::rebuild_index() {
   // is pinned meanwhile: one whose records so far were all superseded is not empty yet.
   for (const SegmentPtr& segment : found) ++segment->pending;
   for (const Found& f : records) {
-    insert_locked(f.record.header.key, f.segment, f.record.offset, f.record.header.payload_bytes);
+    insert_locked(f.record.header.key, f.segment, f.record.offset, f.record.header.payload_bytes,
+                  false);
     seq_ = std::max(seq_, f.record.header.seq);
   }
   for (const SegmentPtr& segment : found) --segment->pending;
@@ -346,7 +347,7 @@ Status DiskTier::rebuild_index() {
 // ---- index and space (mutex_ held) ----
 
 void DiskTier::insert_locked(const ChunkKey& key, const SegmentPtr& segment, uint64_t offset,
-                             uint64_t payload_bytes) {
+                             uint64_t payload_bytes, bool verified) {
   const uint64_t record_bytes = segment_record_bytes(payload_bytes);
   auto it = index_.find(key);
   if (it != index_.end()) {
@@ -358,6 +359,7 @@ void DiskTier::insert_locked(const ChunkKey& key, const SegmentPtr& segment, uin
     e.segment = segment;
     e.offset = offset;
     e.payload_bytes = payload_bytes;
+    e.verified = verified;
     lru_.splice(lru_.begin(), lru_, e.lru);
     segment->live_bytes += record_bytes;
     bytes_used_ += record_bytes;
@@ -365,7 +367,7 @@ void DiskTier::insert_locked(const ChunkKey& key, const SegmentPtr& segment, uin
     return;
   }
   lru_.push_front(key);
-  index_.emplace(key, Entry{segment, offset, payload_bytes, lru_.begin()});
+  index_.emplace(key, Entry{segment, offset, payload_bytes, lru_.begin(), verified});
   if (KvEventPublisher* p = events()) p->stored(name(), std::span(&key, 1), event_block_size());
   segment->live_bytes += record_bytes;
   bytes_used_ += record_bytes;
@@ -626,8 +628,14 @@ DiskTier::WriteResult DiskTier::write_records(std::span<const ChunkKey> keys,
       }
       if (!moving) {
         auto it = index_.find(keys[i]);
-        if (it != index_.end() && it->second.payload_bytes == payload.size()) {
-          // Equal keys hold equal KV: the record is there already.
+        if (it != index_.end() && it->second.payload_bytes == payload.size() &&
+            it->second.verified) {
+          // Equal keys hold equal KV: the record is there already, and intact.
+          if (vanished_locked(it->second.segment, checked)) {
+            std::lock_guard failure(failure_mutex);
+            result.error = broken_error_locked();
+            return false;
+          }
           lru_.splice(lru_.begin(), lru_, it->second.lru);
           result.statuses[i] = ChunkStatus::kOk;
           return false;
@@ -691,7 +699,7 @@ DiskTier::WriteResult DiskTier::write_records(std::span<const ChunkKey> keys,
       return;  // kError
     }
     if (!moving) {
-      insert_locked(keys[i], segment, placed[i].offset, sources[i].payload.size());
+      insert_locked(keys[i], segment, placed[i].offset, sources[i].payload.size(), true);
       result.statuses[i] = ChunkStatus::kOk;
       return;
     }
@@ -707,6 +715,7 @@ DiskTier::WriteResult DiskTier::write_records(std::span<const ChunkKey> keys,
     const SegmentPtr from = e.segment;
     e.segment = segment;
     e.offset = placed[i].offset;
+    e.verified = true;  // compaction moves only records it read back intact
     segment->live_bytes += record_bytes;
     maybe_retire_locked(from);
     result.statuses[i] = ChunkStatus::kOk;
@@ -746,7 +755,8 @@ Result<std::vector<ChunkStatus>> DiskTier::do_get(std::span<const ChunkKey> keys
   struct Found {
     SegmentPtr segment;
     uint64_t offset = 0;
-    size_t whole = 0;  // payload bytes read straight into the caller's buffer
+    size_t whole = 0;       // payload bytes read straight into the caller's buffer
+    bool verified = false;  // the entry's, when prepared
   };
   std::vector<Found> found(n);
   std::optional<Error> failure;
@@ -786,6 +796,7 @@ Result<std::vector<ChunkStatus>> DiskTier::do_get(std::span<const ChunkKey> keys
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       found[i].segment = it->second.segment;
       found[i].offset = it->second.offset;
+      found[i].verified = it->second.verified;
     }
     const std::span<std::byte> out = dst[i];
     const size_t padded = round_up_io(out.size());
@@ -823,6 +834,14 @@ Result<std::vector<ChunkStatus>> DiskTier::do_get(std::span<const ChunkKey> keys
                                              payload) == RecordCheck::kOk) {
       if (bounced && !out.empty()) std::memcpy(out.data(), payload.data(), out.size());
       statuses[i] = ChunkStatus::kOk;
+      if (!found[i].verified) {  // a record found by the scan on open: now known intact
+        std::lock_guard lock(mutex_);
+        auto it = index_.find(keys[i]);
+        if (it != index_.end() && it->second.segment == found[i].segment &&
+            it->second.offset == found[i].offset) {
+          it->second.verified = true;
+        }
+      }
       return;
     }
     // Torn, truncated or corrupt: never served, and forgotten so the next lookup misses.
