@@ -2,6 +2,8 @@
 // the scheduler side's bookkeeping on its own.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "connector/connector_harness.h"
 
 namespace kvtier::testing {
@@ -195,6 +197,58 @@ TEST(Connector, BadCallsAreErrors) {
   EXPECT_THROW(s.update_from_worker_output(std::span(&from_rank_3, 1)), std::invalid_argument);
   LocalWorkerConnector w(0);
   EXPECT_THROW(w.start_load({}), std::logic_error);
+}
+
+// F1/F2: a job whose chunks the rank's caches or pool lack (the scheduler side does not know
+// their size) is refused with a Failed verdict, and the call raises after its other work; nothing
+// of it stays queued to raise again at later steps.
+TEST(Connector, F1_AJobOutOfRangeOfTheRankIsRefusedWithAVerdictAndLeavesNothingQueued) {
+  for (TransferGranularity granularity :
+       {TransferGranularity::kRequest, TransferGranularity::kLayer}) {
+    SCOPED_TRACE(granularity == TransferGranularity::kLayer ? "layer" : "request");
+    HarnessOptions o;
+    o.granularity = granularity;
+    ManualClock clock;
+    Rank r(0, o.layout, o, FaultPlan{}, clock);
+    const uint32_t blocks = o.layout.groups[0].blocks_per_chunk;
+    auto chunk = [&](uint32_t first_block, SlotId slot) {
+      ChunkTransfer c{.group = 0, .slot = slot};
+      for (uint32_t b = 0; b < blocks; ++b) c.blocks.push_back(first_block + b);
+      return c;
+    };
+    StepMetadata step{.step = 1};
+    step.stores.push_back({.job = 1, .request = "a", .chunks = {chunk(0, 0)}});
+    step.stores.push_back({.job = 2, .request = "b", .chunks = {chunk(o.num_blocks, 1)}});
+    step.loads.push_back({.job = 3, .request = "c", .chunks = {chunk(8, o.num_slots)}});
+    bool raised = false;
+    try {
+      r.worker->start_load(step);
+    } catch (const std::invalid_argument&) {
+      raised = true;
+    }
+    try {
+      r.worker->queue_stores(step);
+    } catch (const std::invalid_argument&) {
+      raised = true;
+    }
+    EXPECT_TRUE(raised);
+    std::map<JobId, Outcome> verdicts;
+    GroupBlocks invalid(1);
+    for (int i = 0; i < 3; ++i) {  // later steps run, and the good store ends
+      ASSERT_NO_THROW(r.worker->start_load(StepMetadata{.step = uint64_t(2 + i)}));
+      r.host.quiesce();
+      WorkerOutput out = r.worker->take_output();
+      for (const JobVerdict& v : out.finished) verdicts.emplace(v.job, v.outcome);
+      invalid[0].insert(invalid[0].end(), out.invalid_blocks[0].begin(),
+                        out.invalid_blocks[0].end());
+    }
+    EXPECT_EQ(verdicts,
+              (std::map<JobId, Outcome>{
+                  {1, Outcome::kCompleted}, {2, Outcome::kFailed}, {3, Outcome::kFailed}}));
+    EXPECT_EQ(invalid[0], (std::vector<uint32_t>{8, 9})) << "F4: the refused load's blocks";
+    EXPECT_EQ(r.worker->in_flight(), 0u);
+    EXPECT_TRUE(r.worker->audit());
+  }
 }
 
 TEST(Connector, OptionsComeFromTheConfig) {
