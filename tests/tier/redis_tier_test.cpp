@@ -15,6 +15,7 @@
 #include "redis/redis_key_slot.h"
 #include "redis_process.h"
 #include "redis_test_util.h"
+#include "support/kv_event_mirror.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -172,6 +173,33 @@ TEST_F(RedisTierTest, FlippedOrTruncatedValueIsAMissNeverServed) {
   EXPECT_TRUE(g.ok_chunks_intact);
   EXPECT_EQ(tier->counters().corrupt, 3u);
   EXPECT_EQ(tier->counters().hits, 1u);
+}
+
+TEST_F(RedisTierTest, EventsAnnounceAtMostTheNewestChunksAndWithdrawWhatAGetFindsMissing) {
+  testing::TempDir dir;
+  const std::string endpoint = "ipc://" + (dir.path() / "events").string();
+  KvEventPublisher pub{{.endpoints = {endpoint}}};
+  KvEventSubscriber sub{{.endpoint = endpoint}};
+  testing::KvEventMirror mirror;
+  ASSERT_TRUE(testing::connected(pub, sub, mirror));
+  Result<std::unique_ptr<RedisTier>> tier =
+      RedisTier::open({.url = server_->url(),
+                       .key_prefix = redis_key_prefix(kNamespace),
+                       .max_announced_chunks = 4});
+  ASSERT_TRUE(tier) << tier.error().to_string();
+  (*tier)->publish_events(&pub, 16);
+  ASSERT_EQ(*put_range(**tier, 0, 6, kRedisTimeout), all(ChunkStatus::kOk, 6));
+  ASSERT_EQ(*put_range(**tier, 2, 1, kRedisTimeout), all(ChunkStatus::kOk, 1));  // newest again
+  ASSERT_EQ(*put_range(**tier, 6, 1, kRedisTimeout), all(ChunkStatus::kOk, 1));
+  ASSERT_TRUE(mirror.caught_up(pub, sub));
+  EXPECT_EQ(mirror.on("redis"), (std::set<ChunkKey>{key(2), key(4), key(5), key(6)}));
+  // Redis drops one on its own; the get that finds it missing withdraws it.
+  ASSERT_TRUE(server_->command({"DEL", (*tier)->redis_key(key(5))}, kRedisTimeout));
+  GetOutcome g = get_range(**tier, 4, 3, kRedisTimeout);
+  ASSERT_TRUE(g.statuses);
+  EXPECT_EQ(*g.statuses, (std::vector{ChunkStatus::kOk, ChunkStatus::kMiss, ChunkStatus::kOk}));
+  ASSERT_TRUE(mirror.caught_up(pub, sub));
+  EXPECT_EQ(mirror.on("redis"), (std::set<ChunkKey>{key(2), key(4), key(6)}));
 }
 
 TEST_F(RedisTierTest, PoolServesConcurrentCallersWithinItsSize) {

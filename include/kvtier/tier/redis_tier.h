@@ -28,6 +28,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "kvtier/core/chunk_key.h"
@@ -39,8 +40,9 @@ namespace kvtier {
 class TaskPool;
 
 namespace tier_internal {
+class AnnouncedChunks;
 class RedisRouter;
-}
+}  // namespace tier_internal
 
 // "kvtier:<model>:<16 hex digits of the layout fingerprint>:". Braces in the model name become
 // '_', so a model name never acts as a cluster hash tag (which would put every chunk in one slot).
@@ -51,6 +53,10 @@ struct RedisTierOptions {
   std::string key_prefix;     // redis_key_prefix(namespace)
   uint32_t pool_size = 4;     // connections per node, at most
   HealthOptions node_health;  // the probes of a cluster's masters that are down
+  // KV events (publish_events): Redis drops keys without telling, so the tier announces as
+  // stored at most this many chunks, the newest; an older one is announced removed, as is one a
+  // get finds missing.
+  size_t max_announced_chunks = size_t{1} << 20;
 };
 
 class RedisTier final : public Tier {
@@ -87,6 +93,9 @@ class RedisTier final : public Tier {
   std::unique_ptr<tier_internal::RedisRouter> router_;
   // Computes puts' checksums ahead of the send (null on one CPU).
   std::unique_ptr<TaskPool> checksum_helpers_;
+  // What the tier announced stored (options_.max_announced_chunks), and its events' order.
+  std::mutex announced_mutex_;
+  std::unique_ptr<tier_internal::AnnouncedChunks> announced_;
 };
 
 }  // namespace kvtier

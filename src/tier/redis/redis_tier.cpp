@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "announced_chunks.h"
 #include "kvtier/core/task_pool.h"
 #include "kvtier/tier/chunk_record.h"
 #include "redis_router.h"
@@ -62,7 +63,9 @@ std::string redis_key_prefix(const KeyNamespace& ns) {
 }
 
 RedisTier::RedisTier(RedisTierOptions options, std::unique_ptr<tier_internal::RedisRouter> router)
-    : options_(std::move(options)), router_(std::move(router)) {
+    : options_(std::move(options)),
+      router_(std::move(router)),
+      announced_(std::make_unique<tier_internal::AnnouncedChunks>(options_.max_announced_chunks)) {
   // Two threads pinned to the first two CPUs, so that a caller on either has one beside it.
   if (const size_t cpus = TaskPool::usable_cpus().size(); cpus > 1) {
     checksum_helpers_ = std::make_unique<TaskPool>(2, TaskPlacement::kOtherCpus);
@@ -171,13 +174,16 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
                                                            : ChunkStatus::kError);
     }
   }
-  // Redis drops keys itself (maxmemory, a flush) without telling: only stores are published.
+  // Redis drops keys itself (maxmemory, a flush) without telling: the stores are published,
+  // and the removal of what falls out of the newest options_.max_announced_chunks.
   if (KvEventPublisher* p = events()) {
     std::vector<ChunkKey> stored;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (statuses[i] == ChunkStatus::kOk) stored.push_back(keys[i]);
     }
+    std::lock_guard lock(announced_mutex_);  // the events in the order of the record's changes
     p->stored(name(), stored, event_block_size());
+    if (std::vector<ChunkKey> old = announced_->add(stored); !old.empty()) p->removed(name(), old);
   }
   return statuses;
 }
@@ -223,6 +229,14 @@ Result<std::vector<ChunkStatus>> RedisTier::do_get(std::span<const ChunkKey> key
       // dst[i] holds the payload; one that failed the check is left there, unspecified.
       statuses.push_back(verified[i] ? ChunkStatus::kOk : ChunkStatus::kCorrupt);
     }
+  }
+  if (KvEventPublisher* p = events()) {  // an announced chunk Redis dropped: announced removed
+    std::lock_guard lock(announced_mutex_);
+    std::vector<ChunkKey> gone;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (statuses[i] == ChunkStatus::kMiss && announced_->erase(keys[i])) gone.push_back(keys[i]);
+    }
+    if (!gone.empty()) p->removed(name(), gone);
   }
   return statuses;
 }
