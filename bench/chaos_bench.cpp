@@ -134,6 +134,13 @@ struct ServerSide {
   std::unique_ptr<KvtierdInstance> kvtierd;
 };
 
+// kvtierd or Redis ended without the driver's kill: a crash (a cache server must survive
+// whatever its clients and its disk do). Before they are started again.
+void tally_server_side_crashes(ServerSide& side, Tally& tally) {
+  if (const auto how = side.kvtierd->crashed()) tally.violation("crashes", "kvtierd " + *how);
+  if (const auto how = side.redis->crashed()) tally.violation("crashes", "redis-server " + *how);
+}
+
 // Polls /health of one instance: once it said failed or stalled, a 200 is a lie (H2: a failure
 // stays). Also keeps the latest /metrics text.
 class HealthPoller {
@@ -339,7 +346,7 @@ DeviceFaults draw_device_faults(std::mt19937_64& rng) {
 class Epoch {
  public:
   // `may_fail_stop`: the instance's device faults include record failures (Unprovable, F7).
-  Epoch(const ServeInstance& serve, bool server, bool may_fail_stop, std::mt19937_64& rng,
+  Epoch(ServeInstance& serve, bool server, bool may_fail_stop, std::mt19937_64& rng,
         ServerSide& side, Tally& tally)
       : serve_(serve),
         server_(server),
@@ -381,7 +388,11 @@ class Epoch {
       if (server_) restore_server_side();
       clients.stop();  // the quiet period begins: no new request
       completed = clients.completed();
-      if (poller.failed()) {
+      if (const auto how = serve_.ended()) {
+        // The driver never signals the frontend: it ended on its own.
+        ended = "kvtier serve " + *how;
+        judge_frontend_end(*how);
+      } else if (poller.failed()) {
         ended = poller.failure();
         judge_failure(ended);
       } else {
@@ -487,6 +498,12 @@ class Epoch {
   // defect); a failure with no fatal fault and no record failure drawn is unexplained (shown, for
   // a person to judge), and so is a stall after a long stop of kvtierd or Redis: a paused cache
   // server holds steps, but the processes waiting for it keep heartbeating (H6, H7).
+  // The frontend process ended: killed by a signal, a crash; an exit of its own, unexplained.
+  void judge_frontend_end(const std::string& how) {
+    tally_.violation(how.starts_with("killed by signal") ? "crashes" : "unexplained_failures",
+                     "kvtier serve " + how);
+  }
+
   void judge_failure(const std::string& reason) {
     static const std::regex signal(R"(killed by signal ([0-9]+))");
     std::smatch m;
@@ -561,6 +578,7 @@ class Epoch {
   }
 
   void restore_server_side() {
+    tally_server_side_crashes(side_, tally_);
     if (!side_.redis->running()) {
       if (Status st = side_.redis->restart(10s); !st)
         throw std::runtime_error("cannot restart redis-server: " + st.error().message);
@@ -626,7 +644,7 @@ class Epoch {
     BenchClock::time_point until;
   };
 
-  const ServeInstance& serve_;
+  ServeInstance& serve_;
   bool server_;
   bool may_fail_stop_;
   std::mt19937_64& rng_;
@@ -673,6 +691,13 @@ std::unique_ptr<ServeInstance> start_instance(const std::string& exe,
   for (int attempt = 1;; ++attempt) {
     try {
       return std::make_unique<ServeInstance>(exe, sets, 60s);
+    } catch (const ServeExited& e) {
+      // Not slow: the process ended while it started.
+      const std::string what = e.what();
+      tally.violation(
+          what.starts_with("kvtier serve killed by signal") ? "crashes" : "unexplained_failures",
+          what.substr(0, what.find(';')));
+      if (attempt == 3) throw;
     } catch (const std::runtime_error& e) {
       if (attempt == 3) throw;
       tally.not_ready();
@@ -725,6 +750,7 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
       std::vector<std::string> sets = instance_sets();
       sets.insert(sets.end(), faults.sets.begin(), faults.sets.end());
       if (server) {
+        tally_server_side_crashes(side, tally);
         if (!side.kvtierd->running() && !side.kvtierd->start(10s))
           throw std::runtime_error("kvtierd does not start; see " + (dir / "kvtierd.log").string());
         const auto more = server_mode_sets(side);

@@ -24,6 +24,7 @@ KvtierdInstance::~KvtierdInstance() {
 
 bool KvtierdInstance::start(Duration ready_timeout) {
   process_.kill_and_reap();
+  killed_ = false;
   std::vector<std::string> argv = {exe_, "--set", "server.endpoint=" + endpoint_};
   for (const std::string& s : sets_) argv.insert(argv.end(), {"--set", s});
   argv.push_back("server");
@@ -38,6 +39,11 @@ bool KvtierdInstance::start(Duration ready_timeout) {
 
 bool KvtierdInstance::running() {
   return !process_.poll_exit().has_value() && process_.running();
+}
+
+std::optional<std::string> KvtierdInstance::crashed() {
+  if (killed_ || process_.pid() < 0) return std::nullopt;
+  return process_.poll_exit();
 }
 
 std::optional<std::map<std::string, uint64_t>> KvtierdInstance::stats(Duration timeout) const {

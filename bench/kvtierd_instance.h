@@ -32,7 +32,13 @@ class KvtierdInstance {
   bool running();
   pid_t pid() const { return process_.pid(); }
   void signal(int signo) const { process_.signal(signo); }
-  void kill() { process_.kill_and_reap(); }
+  void kill() {
+    process_.kill_and_reap();
+    killed_ = true;
+  }
+  // How it ended, when it ended without kill() (a crash, or an exit of its own); nullopt while
+  // it runs, and after kill(). Polls.
+  std::optional<std::string> crashed();
   // STATS, its fields; nullopt when no reply came within `timeout`.
   std::optional<std::map<std::string, uint64_t>> stats(Duration timeout) const;
   const std::string& endpoint() const { return endpoint_; }
@@ -43,6 +49,7 @@ class KvtierdInstance {
   std::vector<std::string> sets_;
   std::filesystem::path log_;
   ChildProcess process_;
+  bool killed_ = false;  // since the last start()
 };
 
 // The layout.* overrides of a kvtierd sized for one rank's share of the KV layout that a `kvtier

@@ -117,6 +117,7 @@ Status RedisServerProcess::spawn(Duration ready_timeout) {
   argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
   try {
     process_ = spawn_logged(argv, log);
+    killed_ = false;
   } catch (const std::system_error& e) {
     return make_error(ErrorCode::kUnavailable,
                       std::string("cannot start redis-server: ") + e.what());
@@ -142,6 +143,12 @@ Status RedisServerProcess::spawn(Duration ready_timeout) {
 
 void RedisServerProcess::kill() {
   process_.kill_and_reap();
+  killed_ = true;
+}
+
+std::optional<std::string> RedisServerProcess::crashed() {
+  if (killed_ || process_.pid() < 0) return std::nullopt;
+  return process_.poll_exit();
 }
 
 void RedisServerProcess::pause() {

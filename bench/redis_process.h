@@ -35,9 +35,13 @@ class RedisServerProcess {
   RedisServerProcess& operator=(const RedisServerProcess&) = delete;
 
   int port() const { return options_.port; }
+  pid_t pid() const { return process_.pid(); }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(options_.port); }
   std::string address() const { return "127.0.0.1:" + std::to_string(options_.port); }
-  bool running() const { return process_.running(); }
+  // Whether it runs (polls: one that died on its own does not); a paused one runs.
+  bool running() { return !process_.poll_exit().has_value() && process_.running(); }
+  // How it ended, when it ended without kill() or restart(); nullopt while it runs. Polls.
+  std::optional<std::string> crashed();
 
   // SIGKILL and reap: the server is gone at once, as in a crash.
   void kill();
@@ -56,6 +60,7 @@ class RedisServerProcess {
 
   Options options_;
   ChildProcess process_;
+  bool killed_ = false;  // since the last start
 };
 
 // Three masters, no replicas, all 16384 slots assigned (redis-cli --cluster create), with

@@ -78,14 +78,16 @@ void ServeInstance::wait_ready(std::chrono::milliseconds ready_timeout) {
       break;
     }
     if (const auto& how = process_.poll_exit()) {
-      throw std::runtime_error("kvtier serve " + *how + " before it served; its output: " +
-                               (text.empty() ? "(none)" : text));
+      throw ServeExited("kvtier serve " + *how +
+                        " before it served; its output: " + (text.empty() ? "(none)" : text));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // waiting for a process start
   }
   if (port_ == 0) throw std::runtime_error("kvtier serve did not print its port: " + log_tail());
   while (health() != 200) {
-    if (BenchClock::now() >= deadline || process_.poll_exit())
+    if (const auto& how = process_.poll_exit())
+      throw ServeExited("kvtier serve " + *how + " before /health answered 200: " + log_tail());
+    if (BenchClock::now() >= deadline)
       throw std::runtime_error("kvtier serve never answered /health 200: " + log_tail());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,10 +49,17 @@ struct StreamResult {
 // Samples of `name` in a /metrics text, summed over their labels (0 when there is none).
 double metric_sum(const std::string& metrics_text, const std::string& name);
 
+// What the ServeInstance constructor throws when the process ended before it was ready.
+class ServeExited : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class ServeInstance {
  public:
   // Starts `exe serve --set s...` and waits (up to `ready_timeout`) for its port line and for
-  // /health to answer 200. Throws std::runtime_error naming the log when it does not.
+  // /health to answer 200. Throws std::runtime_error naming the log when it does not (ServeExited
+  // when the process ended meanwhile).
   ServeInstance(const std::string& exe, const std::vector<std::string>& sets,
                 std::chrono::milliseconds ready_timeout = std::chrono::seconds(120));
   // Any command that prints "serving … on http://host:port" and answers /health (e.g.
@@ -82,6 +90,9 @@ class ServeInstance {
   pid_t pid() const { return process_.pid(); }
   // Whether the frontend still runs (polls).
   bool running();
+  // How the frontend ended ("killed by signal 11 (…)", "exited with status 1"); nullopt while
+  // it runs. Polls.
+  std::optional<std::string> ended() { return process_.poll_exit(); }
   // The last `bytes` of the instance's output, for error messages.
   std::string log_tail(size_t bytes = 2000) const;
 

@@ -266,6 +266,23 @@ TEST(RedisTier, ALargeCallIsSpreadOverThePoolAndEveryReplyFindsItsChunk) {
   EXPECT_EQ(std::stoi(info.substr(at + 18)), 4 + 1) << info;
 }
 
+// The chaos bench counts a cache server's death as a crash unless the bench killed it.
+TEST(RedisServerProcess, CrashedNamesADeathItsOwnerDidNotCause) {
+  testing::TempDir dir;
+  auto server = RedisServerProcess::start({.directory = dir.path()}, kReady);
+  ASSERT_TRUE(server) << server.error().to_string();
+  EXPECT_EQ((*server)->crashed(), std::nullopt);
+  ASSERT_EQ(::kill((*server)->pid(), SIGSEGV), 0);
+  while ((*server)->running()) std::this_thread::sleep_for(10ms);  // until it is reaped
+  EXPECT_EQ((*server)->crashed(),
+            std::optional<std::string>("killed by signal 11 (Segmentation fault)"));
+  ASSERT_TRUE((*server)->restart(kReady));
+  EXPECT_EQ((*server)->crashed(), std::nullopt);
+  (*server)->kill();
+  EXPECT_FALSE((*server)->running());
+  EXPECT_EQ((*server)->crashed(), std::nullopt) << "killed by its owner";
+}
+
 TEST(RedisTier, ChunksRedisEvictsAreMissesNotErrors) {
   testing::TempDir dir;
   auto server = RedisServerProcess::start(
