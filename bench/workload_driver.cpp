@@ -17,9 +17,11 @@ using namespace std::chrono_literals;
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  const size_t i =
-      std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
-  return v[i];
+  // Between the two closest ranks: the median of an even count is the mean of the middle two.
+  const double at = std::clamp(p, 0.0, 1.0) * static_cast<double>(v.size() - 1);
+  const auto below = static_cast<size_t>(at);
+  const size_t above = std::min(below + 1, v.size() - 1);
+  return v[below] + (v[above] - v[below]) * (at - static_cast<double>(below));
 }
 
 std::vector<std::string> base_sets(uint32_t world_size, size_t device_blocks, size_t max_context) {

@@ -19,7 +19,8 @@
 
 namespace kvtier::bench {
 
-// The p-quantile (0..1) of `v` (nearest rank); 0 for none.
+// The p-quantile (0..1) of `v`, linear between the two closest ranks (the median of an even
+// count is the mean of the middle two); 0 for none.
 double percentile(std::vector<double> v, double p);
 
 // The layout every server of the workload benches uses.
