@@ -324,7 +324,7 @@ bool run_layerwise(const WorkloadBenchOptions& o, const std::string& exe, Progre
   }
   std::array<std::vector<double>, 2> ttft;
   std::array<std::vector<std::string>, 2> outputs;
-  std::array<Counters, 2> before = {servers[0].counters(), servers[1].counters()};
+  std::array<Counters, 2> before = {servers[0].settled_counters(), servers[1].settled_counters()};
   for (size_t round = 1; round <= kRounds; ++round) {
     for (size_t d = 0; d < kDocuments; ++d) {
       progress.show("workload: layerwise: round " + std::to_string(round) + ", document " +
@@ -338,7 +338,8 @@ bool run_layerwise(const WorkloadBenchOptions& o, const std::string& exe, Progre
       }
     }
   }
-  const Counters moved[2] = {servers[0].counters() - before[0], servers[1].counters() - before[1]};
+  const Counters moved[2] = {servers[0].settled_counters() - before[0],
+                             servers[1].settled_counters() - before[1]};
   const double whole = percentile(ttft[0], 0.5), layer = percentile(ttft[1], 0.5);
   const bool identical = outputs[0] == outputs[1];
   std::string model;

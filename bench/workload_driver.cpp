@@ -69,6 +69,17 @@ Counters counters_of(const ServeInstance& serve, const std::string& cache) {
 
 }  // namespace
 
+Counters ModeServer::settled_counters() const {
+  Counters last = counters();
+  for (const auto until = BenchClock::now() + 3s; BenchClock::now() < until;) {
+    std::this_thread::sleep_for(250ms);  // more than a heartbeat: the next one came meanwhile
+    Counters now = counters();
+    if (now == last) break;
+    last = std::move(now);
+  }
+  return last;
+}
+
 Counters ModeServer::counters() const {
   if (!backends.empty()) {
     Counters sum;
@@ -146,7 +157,7 @@ CellRun run_cell(const ModeServer& server, const Scenario& scenario, size_t conc
   }
   clients.clear();  // joins
   run.wall_s = ms_since(t0) / 1000;
-  run.counters = server.counters() - before;
+  run.counters = server.settled_counters() - before;
   for (size_t i = 0; i < n; ++i) {
     if (ttft[i] >= 0) run.ttft_ms.push_back(ttft[i]);
     if (itl[i] >= 0) run.itl_ms.push_back(itl[i]);

@@ -44,6 +44,7 @@ struct Counters {
   double lookups_deferred = 0;     // lookups answered "ask again later" (chunks on their way)
   std::map<std::string, double> mover;  // the tier mover's counters (cache disk)
 
+  bool operator==(const Counters&) const = default;
   Counters operator-(const Counters& o) const {
     Counters d{prompt_tokens - o.prompt_tokens,
                cached_tokens - o.cached_tokens,
@@ -79,6 +80,10 @@ struct ModeServer {
 
   // Its counters now, from /metrics (and kvtierd's STATS). Throws std::runtime_error.
   Counters counters() const;
+  // Its counters once the work done so far is in them: the engine cores' counters reach
+  // /metrics with their heartbeats (every 0.1 s), so they are read until two reads 0.25 s apart
+  // agree, for at most 3 s.
+  Counters settled_counters() const;
 };
 
 // What one mode did with one cell's requests.
