@@ -1,5 +1,6 @@
 #include "kvtier/core/kv_event_batch.h"
 
+#include <cmath>
 #include <msgpack.hpp>
 
 namespace kvtier {
@@ -156,6 +157,9 @@ Result<KvEventBatch> decode_kv_event_batch(std::string_view payload) {
     KvEventBatch batch;
     if (a.ptr[0].type == msgpack::type::FLOAT64 || a.ptr[0].type == msgpack::type::FLOAT32) {
       batch.ts = a.ptr[0].via.f64;
+      // A subscriber orders batches by it (a publisher's restart): one of inf would hide every
+      // later batch.
+      if (!std::isfinite(batch.ts)) throw Bad{"ts is not a finite number"};
     } else {
       batch.ts = static_cast<double>(as_uint(a.ptr[0], "ts", UINT64_MAX));
     }

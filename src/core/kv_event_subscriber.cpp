@@ -80,7 +80,7 @@ std::vector<KvEventBatch> KvEventSubscriber::poll(Duration timeout) {
     if (!f.empty()) {
       any = true;
       const std::optional<uint64_t> seq = f.size() == 3 ? decode_sequence(f[1]) : std::nullopt;
-      if (seq) {
+      if (seq && *seq != kEndSequence) {
         on_live(*seq, std::move(f[2]), out);
       } else {
         ++counters_.bad;
@@ -145,9 +145,15 @@ void KvEventSubscriber::on_replay(uint64_t seq, std::string payload,
     return;
   }
   if (next_ && seq < *next_) return;
-  // A snapshot comes as one batch numbered past the first missing one.
-  if (seq > next_.value_or(0)) ++counters_.snapshots;
-  deliver(seq, payload, out);
+  Result<KvEventBatch> batch = decode_kv_event_batch(payload);
+  if (seq > next_.value_or(0)) {
+    // A snapshot comes as one batch numbered past the first missing one, and starts by clearing
+    // all; any other jump lost batches of the answer.
+    const bool snapshot = batch && !batch->events.empty() &&
+                          batch->events.front().kind == KvEventKind::kAllBlocksCleared;
+    ++(snapshot ? counters_.snapshots : counters_.gaps);
+  }
+  deliver(seq, std::move(batch), out);
 }
 
 void KvEventSubscriber::end_replay(std::vector<KvEventBatch>& out) {
@@ -162,8 +168,12 @@ void KvEventSubscriber::end_replay(std::vector<KvEventBatch>& out) {
 
 void KvEventSubscriber::deliver(uint64_t seq, const std::string& payload,
                                 std::vector<KvEventBatch>& out) {
+  deliver(seq, decode_kv_event_batch(payload), out);
+}
+
+void KvEventSubscriber::deliver(uint64_t seq, Result<KvEventBatch> batch,
+                                std::vector<KvEventBatch>& out) {
   next_ = seq + 1;
-  Result<KvEventBatch> batch = decode_kv_event_batch(payload);
   if (!batch) {
     ++counters_.bad;
     if (!logged_bad_) log_warning("KV events: skipped a batch", {{"error", batch.error().message}});

@@ -202,6 +202,59 @@ TEST(KvEvents, AReplayEndpointNobodyAnswersNeverBlocksTheSubscriber) {
   EXPECT_LT(sub.counters().replays, kGaps) << "requests were refused once the queue was full";
 }
 
+// A publisher of raw frames (PUB and replay ROUTER) for what a real one never sends.
+TEST(KvEvents, AReplayAnswerThatSkipsBatchesIsAGapAndALiveEndMarkerIsBad) {
+  Endpoints ep;
+  zmq::context_t context;
+  zmq::socket_t pub(context, zmq::socket_type::pub);
+  pub.set(zmq::sockopt::linger, 0);
+  pub.bind(ep.pub);
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind(ep.replay);
+  KvEventSubscriber sub({.endpoint = ep.pub,
+                         .replay_endpoint = ep.replay,
+                         .replay_timeout = std::chrono::seconds(5)});
+  const std::string payload = encode_kv_event_batch(KvEventBatch{
+      .ts = 1, .events = {KvEvent{.kind = KvEventKind::kBlockRemoved, .block_hashes = {key(1)}}}});
+  const auto send = [&](uint64_t seq) {
+    pub.send(zmq::buffer(std::string()), zmq::send_flags::sndmore);
+    pub.send(zmq::buffer(encode_sequence(seq)), zmq::send_flags::sndmore);
+    pub.send(zmq::buffer(payload), zmq::send_flags::none);
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (sub.counters().batches == 0 && std::chrono::steady_clock::now() < deadline) {
+    send(0);
+    sub.poll(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(sub.counters().batches, 1u);
+  send(UINT64_MAX);  // the replay's end marker on the live stream
+  send(5);           // a gap: the subscriber asks for a replay from 1
+  while (sub.counters().replays == 0) sub.poll(std::chrono::milliseconds(10));
+  EXPECT_EQ(sub.counters().bad, 1u);
+  std::vector<zmq::message_t> request;
+  for (bool more = true; more;) {
+    zmq::message_t frame;
+    ASSERT_TRUE(router.recv(frame));
+    more = frame.more();
+    request.push_back(std::move(frame));
+  }
+  ASSERT_EQ(request.size(), 3u);
+  EXPECT_EQ(request[2].to_string(), encode_sequence(1));
+  // The answer lost batch 2: 1, then 3 (no snapshot: it does not clear all), then the end.
+  for (const auto& [seq, body] : std::vector<std::pair<uint64_t, std::string>>{
+           {1, payload}, {3, payload}, {UINT64_MAX, std::string()}}) {
+    router.send(zmq::buffer(request[0].to_string()), zmq::send_flags::sndmore);
+    router.send(zmq::message_t(), zmq::send_flags::sndmore);
+    router.send(zmq::buffer(encode_sequence(seq)), zmq::send_flags::sndmore);
+    router.send(zmq::buffer(body), zmq::send_flags::none);
+  }
+  while (sub.next_sequence() != 6u) sub.poll(std::chrono::milliseconds(10));
+  EXPECT_EQ(sub.counters().batches, 4u);  // 0, 1, 3 and 5
+  EXPECT_EQ(sub.counters().snapshots, 0u);
+  EXPECT_EQ(sub.counters().gaps, 2u) << "2 lost in the answer, 4 between it and the live 5";
+}
+
 TEST(KvEvents, AMalformedReplayRequestGetsTheEndMarkerWithAReason) {
   Endpoints ep;
   KvEventPublisher pub({.endpoints = {ep.pub}, .replay_endpoints = {ep.replay}});

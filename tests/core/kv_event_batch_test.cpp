@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <msgpack.hpp>
 
 namespace kvtier {
@@ -85,6 +87,12 @@ TEST(KvEventBatch, RefusesWhatIsNotABatchWithAReason) {
               pk.pack(std::string("host")), pk.pack_nil();
             })).find("16-byte block hash"),
             std::string::npos);
+  for (double ts : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+    EXPECT_NE(reason(packed([ts](auto& pk) {
+                pk.pack_array(3), pk.pack(ts), pk.pack_array(0), pk.pack_nil();
+              })).find("ts is not a finite number"),
+              std::string::npos);
+  }
 }
 
 TEST(KvEventBatch, SequenceFramesAreEightBytesBigEndian) {

@@ -12,7 +12,10 @@
 // - A batch numbered below the next expected is one a replay already handed out (dropped), or,
 //   when it was sent later than every batch handed out (its `ts`), a sign that the publisher
 //   started again (numbers restart at 0): an AllBlocksCleared batch is handed out before it.
-// - A payload that does not decode is counted, logged once and skipped.
+// - A payload that does not decode is counted, logged once and skipped; so is a live batch
+//   numbered as the replay's end marker.
+// - A replayed batch numbered past the next expected is a snapshot only when it starts with
+//   AllBlocksCleared; otherwise batches of the answer were lost (a gap).
 // Not thread-safe: one thread polls it.
 #pragma once
 
@@ -71,6 +74,7 @@ class KvEventSubscriber {
   bool start_replay(uint64_t from);
   void end_replay(std::vector<KvEventBatch>& out);
   void deliver(uint64_t seq, const std::string& payload, std::vector<KvEventBatch>& out);
+  void deliver(uint64_t seq, Result<KvEventBatch> batch, std::vector<KvEventBatch>& out);
 
   const KvEventSubscriberOptions options_;
   std::unique_ptr<Sockets> sockets_;
