@@ -14,6 +14,10 @@ namespace {
 
 constexpr auto kBatchInterval = std::chrono::milliseconds(5);
 const std::string kEndSequenceFrame(8, '\xff');
+// A replay answers with at most this many kept batches; from further back, with a snapshot.
+constexpr uint64_t kMaxReplayBatches = 512;
+// Replay requests served between two batches.
+constexpr int kReplaysPerTurn = 16;
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -58,6 +62,8 @@ KvEventPublisher::KvEventPublisher(KvEventPublisherOptions options)
   if (!options_.replay_endpoints.empty()) {
     sockets_->replay = zmq::socket_t(sockets_->context, zmq::socket_type::router);
     sockets_->replay.set(zmq::sockopt::linger, 0);
+    // An answer's messages fit a subscriber's queue whole (a ROUTER drops what does not).
+    sockets_->replay.set(zmq::sockopt::sndhwm, static_cast<int>(2 * kMaxReplayBatches));
     for (const std::string& e : options_.replay_endpoints) {
       replay_bound_.push_back(bind(sockets_->replay, e));
     }
@@ -231,7 +237,8 @@ std::string KvEventPublisher::snapshot() const {
 void KvEventPublisher::serve_replay() {
   if (!sockets_->replay) return;
   zmq::socket_t& router = sockets_->replay;
-  for (;;) {
+  // A few requests per turn: a flood of them does not hold up the batches.
+  for (int served = 0; served < kReplaysPerTurn; ++served) {
     std::vector<zmq::message_t> frames;
     for (;;) {
       zmq::message_t frame;
@@ -259,7 +266,7 @@ void KvEventPublisher::serve_replay() {
     }
     const std::deque<std::pair<uint64_t, std::string>>& kept = sockets_->kept;
     if (!kept.empty() && *start <= kept.back().first) {
-      if (*start >= kept.front().first) {
+      if (*start >= kept.front().first && kept.back().first - *start < kMaxReplayBatches) {
         for (const auto& [seq, payload] : kept) {
           if (seq >= *start) reply(encode_sequence(seq), payload);
         }

@@ -282,6 +282,43 @@ TEST(KvEvents, AMalformedReplayRequestGetsTheEndMarkerWithAReason) {
   EXPECT_EQ(pub.batches_sent(), 1u);
 }
 
+TEST(KvEvents, AReplayFromFurtherBackThanAnAnswerHoldsIsASnapshot) {
+  Endpoints ep;
+  KvEventPublisher pub(
+      {.endpoints = {ep.pub}, .replay_endpoints = {ep.replay}, .buffer_batches = 2000});
+  for (uint64_t i = 0; i < 1500; ++i) {
+    pub.stored("host", std::vector{key(i)}, kChunkTokens);
+    pub.flush();
+  }
+  zmq::context_t context;
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 5000);
+  dealer.connect(ep.replay);
+  dealer.send(zmq::message_t(), zmq::send_flags::sndmore);
+  dealer.send(zmq::buffer(encode_sequence(0)), zmq::send_flags::none);
+  // Every batch is kept, but 1,500 messages would not fit the queue whole: one snapshot.
+  std::vector<std::string> seqs;
+  std::vector<std::string> payloads;
+  while (seqs.empty() || seqs.back() != std::string(8, '\xff')) {
+    std::vector<zmq::message_t> reply;
+    for (bool more = true; more;) {
+      zmq::message_t frame;
+      ASSERT_TRUE(dealer.recv(frame));
+      more = frame.more();
+      reply.push_back(std::move(frame));
+    }
+    ASSERT_EQ(reply.size(), 3u);
+    seqs.push_back(reply[1].to_string());
+    payloads.push_back(reply[2].to_string());
+  }
+  ASSERT_EQ(seqs.size(), 2u);
+  EXPECT_EQ(seqs[0], encode_sequence(1499));
+  Result<KvEventBatch> snapshot = decode_kv_event_batch(payloads[0]);
+  ASSERT_TRUE(snapshot);
+  EXPECT_EQ(snapshot->events.size(), 1501u) << "AllBlocksCleared and every stored chunk";
+}
+
 TEST(KvEvents, APublisherThatCannotBindSaysWhich) {
   EXPECT_THROW(
       {

@@ -11,11 +11,12 @@
 // - The last `buffer_batches` batches are kept. A replay request on the ROUTER, [identity, "",
 //   8-byte start sequence number] (a DEALER sending ["", seq], or a REQ), is answered by one
 //   message [identity, "", seq, payload] per kept batch from `start` on, or, when batches
-//   after `start` are no longer kept, by one snapshot batch: AllBlocksCleared then a
-//   BlockStored for every block the publisher's events say is stored, under the sequence
+//   after `start` are no longer kept or are more than 512, by one snapshot batch: AllBlocksCleared
+//   then a BlockStored for every block the publisher's events say is stored, under the sequence
 //   number of the last batch sent (the snapshot reflects exactly the batches up to it). Then
 //   an end marker [identity, "", 8 bytes 0xff, ""]; a malformed request gets the end marker
-//   with a message saying what is wrong instead of "".
+//   with a message saying what is wrong instead of "". Requests are served 16 at a time between
+//   batches, so a flood of them does not hold up publishing.
 // - The publisher binds every endpoint it is given (tcp://host:port, ipc://path); subscribers
 //   connect. A PUB socket drops what a subscriber that is too slow or not connected misses: the
 //   sequence numbers show the gap, and replay fills it.
