@@ -49,6 +49,8 @@ TierMover::TierMover(CacheManager& cache, std::vector<const HostPool*> pools,
   }
   for (const MoverTier& t : tiers_) {
     if (!t.tier) throw std::invalid_argument("TierMover: a tier is null");
+    if (Status s = t.tier->can_hold(chunk_bytes()); !s)
+      throw std::invalid_argument(s.error().message);
   }
   if (options_.write_queue_chunks == 0 || options_.write_batch_chunks == 0) {
     throw std::invalid_argument("TierMover: write_queue_chunks and write_batch_chunks must be > 0");

@@ -127,6 +127,33 @@ TEST(TierMover, WriteBehindPutsEveryStoredChunkToEveryTier) {
   EXPECT_EQ(c.writes_dropped, 0u);
 }
 
+TEST(TierMover, ADiskTierWhoseSegmentsCannotHoldAChunkIsAnErrorNamingTheCapacityNeeded) {
+  // A chunk of three pools' slots (12 KiB) is a record of 16 KiB; the smallest tier has four
+  // segments of 8 KiB, so every write would fail.
+  HostDevice device;
+  std::vector<std::unique_ptr<HostPool>> pools;
+  std::vector<const HostPool*> chunk;
+  for (int p = 0; p < 3; ++p) {
+    pools.push_back(std::move(HostPool::create(device, kSlotBytes, 8).value()));
+    chunk.push_back(pools.back().get());
+  }
+  const std::unique_ptr<CacheManager> cache = cache_test::make_manager(8);
+  testing::TempDir dir;
+  std::vector<MoverTier> tiers;
+  tiers.push_back(
+      {healthy(std::move(
+           DiskTier::open({.directory = dir.path(), .capacity_bytes = 32 << 10}).value())),
+       kTimeout});
+  try {
+    TierMover mover(*cache, chunk, std::move(tiers), {});
+    FAIL() << "a tier that can hold no chunk was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("the capacity must be at least 65536 bytes"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TierMover, DemotedBytesAreCopiedBeforeTheSlotIsReused) {
   FakeTier* fake = nullptr;
   std::vector<MoverTier> tiers = fakes({{&fake, "fake"}});

@@ -96,6 +96,9 @@ class DiskTier final : public Tier {
   // Also announces every chunk the tier already holds (found again after a restart), and from
   // then on publishes the chunks it evicts, overwrites or finds corrupt as removed.
   void publish_events(KvEventPublisher* publisher, uint32_t block_size) override;
+  // An error when a record of `bytes` (its header block and payload) exceeds a segment, naming
+  // the capacity that would hold it.
+  Status can_hold(uint64_t bytes) const override;
 
   uint64_t bytes_used() const;  // bytes of the live records the index holds
   uint64_t disk_bytes() const;  // bytes of the segment files

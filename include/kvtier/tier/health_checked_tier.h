@@ -47,6 +47,7 @@ class HealthCheckedTier final : public Tier {
   HealthCheckedTier(std::unique_ptr<Tier> inner, HealthOptions options);
 
   std::string name() const override { return inner_->name(); }
+  Status can_hold(uint64_t bytes) const override { return inner_->can_hold(bytes); }
   // The inner tier publishes (a call through the wrapper reaches it).
   void publish_events(KvEventPublisher* publisher, uint32_t block_size) override {
     inner_->publish_events(publisher, block_size);

@@ -109,6 +109,13 @@ class Tier {
   // Cheap reachability check, used to probe a DOWN tier.
   Status ping(Duration timeout);
 
+  // Whether the tier can store chunks of `bytes` at all; an error saying why not (a disk tier
+  // whose segments are smaller than one record would fail every put). A wrapper forwards.
+  virtual Status can_hold(uint64_t bytes) const {
+    (void)bytes;
+    return {};
+  }
+
   // Snapshot of what the public calls returned so far.
   virtual TierCounters counters() const;
 

@@ -373,6 +373,18 @@ void DiskTier::insert_locked(const ChunkKey& key, const SegmentPtr& segment, uin
   bytes_used_ += record_bytes;
 }
 
+Status DiskTier::can_hold(uint64_t bytes) const {
+  const uint64_t record = segment_record_bytes(bytes);
+  if (record <= segment_bytes_) return {};
+  return make_error(ErrorCode::kInvalidArgument,
+                    "disk tier: a chunk of " + std::to_string(bytes) + " bytes is a record of " +
+                        std::to_string(record) + " bytes, more than a segment of " +
+                        std::to_string(segment_bytes_) +
+                        " (a quarter of the capacity, at most 256 MiB): the capacity must be at "
+                        "least " +
+                        std::to_string(4 * record) + " bytes");
+}
+
 void DiskTier::publish_events(KvEventPublisher* publisher, uint32_t block_size) {
   std::lock_guard lock(mutex_);
   Tier::publish_events(publisher, block_size);
