@@ -172,6 +172,9 @@ void run_scenario(uint64_t seed, TransferGranularity granularity) {
   // Recomputed after failed loads: at most every prompt once per preemption and once more.
   const EngineCounters counters = rig.scheduler().counters();
   EXPECT_LE(counters.recomputed_tokens, prompt_tokens * (counters.preemptions + 1));
+  // Each request counted once, however often it was preempted and admitted again.
+  EXPECT_EQ(counters.requests_admitted, s.requests.size());
+  EXPECT_EQ(counters.prompt_tokens, prompt_tokens);
   EXPECT_FALSE(rig.scheduler().fail_stopped()) << rig.scheduler().fail_stop_reason();
 }
 

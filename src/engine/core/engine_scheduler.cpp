@@ -25,6 +25,7 @@ struct EngineScheduler::Request {
   // its turn, not stalled (H8's watchdog counts only running time it could have computed in).
   bool passed_over = false;
   bool reported_cache = false;
+  bool counted = false;  // in requests_admitted, prompt_tokens and device_hit_tokens (once)
   bool aborted = false;  // ends once its load has ended
   // Layer-wise: computed in its load's step; the result counts once the load completed (F4).
   bool computes_with_load = false;
@@ -200,8 +201,9 @@ EngineScheduler::Admission EngineScheduler::admit(Request& r, size_t& budget,
   r.num_computed = device_tokens;
   r.cached_blocks = device_tokens / bs;
   r.blocks_given = r.blocks.size();
-  if (!r.reported_cache) {
-    r.cached_tokens = device_tokens + match.tokens;
+  if (!r.reported_cache) r.cached_tokens = device_tokens + match.tokens;
+  if (!r.counted) {  // a request preempted before its first token is admitted again
+    r.counted = true;
     counters_.device_hit_tokens += device_tokens;
     counters_.prompt_tokens += r.prompt;
     ++counters_.requests_admitted;
