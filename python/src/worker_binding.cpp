@@ -6,7 +6,9 @@
 // The engine's forward pass runs on the host, outside the device's compute stream. So that F10
 // holds, start_load returns only once the compute stream passed the step's flush fences: when it
 // returns, the forward pass may write every block. Every call that can wait releases the GIL.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -156,6 +158,7 @@ class Worker {
     connector_.register_kv_caches(fault_, layout_, KvCacheAddresses{.groups = {group}},
                                   HostSlots{pool_->slot_address(0), pool_->slot_bytes(), slots_},
                                   compute_, transfer_options(config.transfer));
+    transfer_deadline_ = transfer_options(config.transfer).deadline;
   }
 
   ~Worker() { close(); }
@@ -176,8 +179,7 @@ class Worker {
       // The forward pass runs on the host: wait here for what it would wait for on the
       // compute stream (the flush set's fences, F10, and with load_in_step whole-request
       // loads).
-      fault_.record(fence_, compute_);
-      fault_.synchronize(fence_);
+      wait_for_compute();
     }
   }
 
@@ -191,8 +193,7 @@ class Worker {
     if (!remote_ && connector_.granularity() == TransferGranularity::kLayer) {
       // The forward pass runs on the host: wait here for what the compute stream now waits
       // for (the layer's loads, F10).
-      fault_.record(fence_, compute_);
-      fault_.synchronize(fence_);
+      wait_for_compute();
     }
   }
 
@@ -321,6 +322,7 @@ class Worker {
   // Worker: they go over a copy of the buffers, and the Worker must still be open after them.
   void check_usable() {
     check_open();
+    if (!stuck_.empty()) throw FailStopError(stuck_);
     if (moved_.empty()) {
       const std::vector<std::shared_ptr<KvCacheBuffer>> buffers = buffers_;
       for (const auto& b : buffers) {
@@ -332,6 +334,25 @@ class Worker {
     }
     check_open();
     if (!moved_.empty()) throw KvError(ErrorCode::kFailedPrecondition, moved_);
+  }
+  // Until the compute stream passed what it waits for now, at most the transfer deadline (F8).
+  // Past it, those copies are not ending: the worker fail-stops (F7), and this call and every
+  // later one raise kvtier.FailStop, so the engine never runs a forward pass over blocks that
+  // the copies may still write or read.
+  void wait_for_compute() {
+    fault_.record(fence_, compute_);
+    const auto deadline = std::chrono::steady_clock::now() + transfer_deadline_;
+    auto pause = std::chrono::microseconds(10);
+    while (!fault_.query(fence_)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        stuck_ = "rank " + std::to_string(connector_.rank()) +
+                 ": the forward pass's fences did not pass within the transfer deadline (F8): "
+                 "copies they wait for may still run";
+        throw FailStopError(stuck_);
+      }
+      std::this_thread::sleep_for(pause);  // the host device's copies run on other threads
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
   }
   void check_layer(uint32_t layer) const {
     if (layer >= layout_.groups.at(0).layers) {
@@ -355,6 +376,8 @@ class Worker {
   uint32_t slots_ = 0;
   std::atomic<bool> closed_ = false;  // set by close() before it takes mu_
   std::string moved_;                 // why the registered memory is no longer the tensors'
+  std::string stuck_;                 // why the worker fail-stopped waiting for its fences
+  Duration transfer_deadline_{};
   std::shared_ptr<RemoteKv> remote_;  // cache.mode server
   py::list memory_;                   // cache.mode server: KvMemory per tensor
 };

@@ -92,6 +92,28 @@ def test_F10_layerwise_a_layer_has_landed_when_wait_for_layer_load_returns():
         r.worker.close()
 
 
+def test_F8_a_forward_pass_fence_behind_a_hung_copy_raises_FailStop_within_the_deadline():
+    # Every load copy hangs: the layer's fence never passes. The wait ends at the transfer
+    # deadline with FailStop (F7), for this call and every later one, instead of never.
+    r = Rig(small_config("connector.transfer_granularity=layer", "faults.hang_rate=1",
+                         "faults.direction=load", "transfer.transfer_deadline_s=0.3"))
+    try:
+        compute_and_store(r, "a", [0, 1, 2, 3, 4])
+        m = r.scheduler.get_num_new_matched_tokens("b", PROMPT, 0)
+        r.scheduler.update_state_after_alloc("b", [8, 9, 10, 11, 12], m.tokens)
+        meta = r.scheduler.build_step_metadata(10, [])
+        assert len(meta.loads) == 1
+        r.worker.start_load(meta)
+        with pytest.raises(kvtier.FailStop) as e:
+            r.worker.wait_for_layer_load(0)
+        assert "transfer deadline" in e.value.reason
+        with pytest.raises(kvtier.FailStop):
+            r.worker.start_load(r.scheduler.build_step_metadata(11, []))
+        assert r.worker.take_output().fail_stop, "the hung load is unprovable (F8)"
+    finally:
+        r.worker.close()
+
+
 def test_step_metadata_crosses_a_process_boundary_as_bytes(rig):
     rig.scheduler.get_num_new_matched_tokens("a", PROMPT, 0)
     rig.scheduler.update_state_after_alloc("a", [0, 1, 2, 3, 4], 0)
