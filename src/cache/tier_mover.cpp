@@ -271,7 +271,12 @@ void TierMover::prefetch_loop() {
       }
       prefetching_ = true;
     }
-    fill(jobs);
+    try {
+      fill(jobs);
+    } catch (const std::bad_alloc&) {
+      // No memory for the staging copy (up to prefetch_batch_bytes): the chunks not filled
+      // fail (F3), and the thread goes on. (A tier's own bad_alloc is a failed call: H7.)
+    }
     {
       std::lock_guard lock(mutex_);
       for (PrefetchJob& job : jobs) prefetched_.push_back(std::move(job));
