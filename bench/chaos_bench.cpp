@@ -547,6 +547,10 @@ class Epoch {
       const auto deadline = BenchClock::now() + 2s;
       while (!poller.failed() && BenchClock::now() < deadline)
         std::this_thread::sleep_for(5ms);  // polling pace
+      // A 503 so brief that the poller missed it, and a 200 now: the failure did not stay.
+      if (!poller.failed() && serve_.health() == 200)
+        tally_.violation("dishonest_health",
+                         "/health 200 again within 2 s of its 503 after the " + who + "'s fault");
       std::this_thread::sleep_for(200ms);  // a window for the poller to catch a lie
       return;
     }
