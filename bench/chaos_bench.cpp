@@ -731,7 +731,10 @@ int run_chaos_bench(const ChaosBenchOptions& o, std::ostream& out) {
     const ChaosRequestShape shape;
     std::vector<ChaosRequest> requests;
     {
-      ServeInstance reference(exe, instance_sets());
+      // Without kvtier: a bug of the load path would be in the reference too, and hide.
+      std::vector<std::string> sets = instance_sets();
+      sets.push_back("connector.enabled=false");
+      ServeInstance reference(exe, sets);
       requests = build_chaos_requests(reference, o.seed, shape);
     }
     ServerSide side;
