@@ -17,7 +17,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   kvtier::ConfigSources sources;
   std::string config_path;
-  app.add_option("--config", config_path, "YAML configuration file (see docs/config.md)");
+  app.add_option("--config", config_path, "YAML configuration file (see docs/config.md)")
+      ->check([](const std::string& path) {
+        return path.empty() ? std::string("--config needs a file's path, not an empty string")
+                            : std::string();
+      });
   app.add_option("--set", sources.overrides,
                  "Override one field, e.g. --set transfer.max_batch_descriptors=1024 "
                  "(repeatable; wins over the file and KVTIER_* variables)");

@@ -74,6 +74,13 @@ TEST(FrontendServeProcess, SecondsFlagsRefuseWhatIsNotAFiniteNumber) {
   }
 }
 
+// An empty --config (an unset variable in a script) is an error, not "no file".
+TEST(FrontendServeProcess, AnEmptyConfigPathIsAnError) {
+  const auto [output, status] = run_command(std::string(KVTIER_EXE) + " config --config ''");
+  EXPECT_NE(status, 0) << output;
+  EXPECT_NE(output.find("--config needs a file's path"), std::string::npos) << output;
+}
+
 TEST(FrontendServeProcess, ServeHelpExplainsEachFlag) {
   const auto [output, status] = run_command(std::string(KVTIER_EXE) + " serve --help");
   EXPECT_EQ(status, 0);
