@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "key_list.h"
+#include "kvtier/core/key_list.h"
 
 namespace kvtier {
-
-using cache_internal::KeyList;
 
 ArcPolicy::ArcPolicy(size_t capacity)
     : capacity_(capacity),

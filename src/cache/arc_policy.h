@@ -19,9 +19,7 @@
 
 namespace kvtier {
 
-namespace cache_internal {
 class KeyList;
-}
 
 class ArcPolicy final : public EvictionPolicy {
  public:
@@ -48,12 +46,12 @@ class ArcPolicy final : public EvictionPolicy {
   size_t list_size(List which) const;
 
  private:
-  cache_internal::KeyList& list(List which) const;
+  KeyList& list(List which) const;
   void trim_ghosts();
 
   const size_t capacity_;
   size_t p_ = 0;
-  std::unique_ptr<cache_internal::KeyList> t1_, t2_, b1_, b2_;
+  std::unique_ptr<KeyList> t1_, t2_, b1_, b2_;
 };
 
 }  // namespace kvtier

@@ -2,11 +2,11 @@
 
 #include <stdexcept>
 
-#include "key_list.h"
+#include "kvtier/core/key_list.h"
 
 namespace kvtier {
 
-LruPolicy::LruPolicy() : keys_(std::make_unique<cache_internal::KeyList>()) {}
+LruPolicy::LruPolicy() : keys_(std::make_unique<KeyList>()) {}
 LruPolicy::~LruPolicy() = default;
 
 void LruPolicy::insert(const ChunkKey& key) {

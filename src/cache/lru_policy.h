@@ -8,9 +8,7 @@
 
 namespace kvtier {
 
-namespace cache_internal {
 class KeyList;
-}
 
 class LruPolicy final : public EvictionPolicy {
  public:
@@ -28,7 +26,7 @@ class LruPolicy final : public EvictionPolicy {
   size_t size() const override;
 
  private:
-  std::unique_ptr<cache_internal::KeyList> keys_;
+  std::unique_ptr<KeyList> keys_;
 };
 
 }  // namespace kvtier

@@ -32,6 +32,7 @@
 #include <string>
 
 #include "kvtier/core/chunk_key.h"
+#include "kvtier/core/key_list.h"
 #include "kvtier/tier/health_state.h"
 #include "kvtier/tier/tier.h"
 
@@ -40,7 +41,6 @@ namespace kvtier {
 class TaskPool;
 
 namespace tier_internal {
-class AnnouncedChunks;
 class RedisRouter;
 }  // namespace tier_internal
 
@@ -93,9 +93,10 @@ class RedisTier final : public Tier {
   std::unique_ptr<tier_internal::RedisRouter> router_;
   // Computes puts' checksums ahead of the send (null on one CPU).
   std::unique_ptr<TaskPool> checksum_helpers_;
-  // What the tier announced stored (options_.max_announced_chunks), and its events' order.
+  // What the tier announced stored, oldest first (at most options_.max_announced_chunks), and
+  // its events' order.
   std::mutex announced_mutex_;
-  std::unique_ptr<tier_internal::AnnouncedChunks> announced_;
+  KeyList announced_;
 };
 
 }  // namespace kvtier

@@ -9,7 +9,6 @@
 #include <optional>
 #include <stdexcept>
 
-#include "announced_chunks.h"
 #include "kvtier/core/task_pool.h"
 #include "kvtier/tier/chunk_record.h"
 #include "redis_router.h"
@@ -63,9 +62,7 @@ std::string redis_key_prefix(const KeyNamespace& ns) {
 }
 
 RedisTier::RedisTier(RedisTierOptions options, std::unique_ptr<tier_internal::RedisRouter> router)
-    : options_(std::move(options)),
-      router_(std::move(router)),
-      announced_(std::make_unique<tier_internal::AnnouncedChunks>(options_.max_announced_chunks)) {
+    : options_(std::move(options)), router_(std::move(router)) {
   // Two threads pinned to the first two CPUs, so that a caller on either has one beside it.
   if (const size_t cpus = TaskPool::usable_cpus().size(); cpus > 1) {
     checksum_helpers_ = std::make_unique<TaskPool>(2, TaskPlacement::kOtherCpus);
@@ -183,7 +180,19 @@ Result<std::vector<ChunkStatus>> RedisTier::do_put(
     }
     std::lock_guard lock(announced_mutex_);  // the events in the order of the record's changes
     p->stored(name(), stored, event_block_size());
-    if (std::vector<ChunkKey> old = announced_->add(stored); !old.empty()) p->removed(name(), old);
+    for (const ChunkKey& key : stored) {
+      if (announced_.contains(key)) {
+        announced_.move_to_mru(key);
+      } else {
+        announced_.push_mru(key);
+      }
+    }
+    std::vector<ChunkKey> oldest;
+    while (announced_.size() > options_.max_announced_chunks) {
+      oldest.push_back(*announced_.begin());
+      announced_.pop_lru();
+    }
+    if (!oldest.empty()) p->removed(name(), oldest);
   }
   return statuses;
 }
@@ -234,7 +243,7 @@ Result<std::vector<ChunkStatus>> RedisTier::do_get(std::span<const ChunkKey> key
     std::lock_guard lock(announced_mutex_);
     std::vector<ChunkKey> gone;
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (statuses[i] == ChunkStatus::kMiss && announced_->erase(keys[i])) gone.push_back(keys[i]);
+      if (statuses[i] == ChunkStatus::kMiss && announced_.erase(keys[i])) gone.push_back(keys[i]);
     }
     if (!gone.empty()) p->removed(name(), gone);
   }

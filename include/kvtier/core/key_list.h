@@ -1,5 +1,5 @@
 // KeyList: keys in recency order with O(1) insert, move-to-most-recent, erase and pop of the least
-// recent. The building block of the LRU and ARC policies. Private to src/cache.
+// recent. The building block of the LRU and ARC policies, and of what the Redis tier announced.
 #pragma once
 
 #include <list>
@@ -8,7 +8,7 @@
 
 #include "kvtier/core/chunk_key.h"
 
-namespace kvtier::cache_internal {
+namespace kvtier {
 
 class KeyList {
  public:
@@ -48,4 +48,4 @@ class KeyList {
   std::unordered_map<ChunkKey, std::list<ChunkKey>::iterator, ChunkKeyHash> where_;
 };
 
-}  // namespace kvtier::cache_internal
+}  // namespace kvtier
