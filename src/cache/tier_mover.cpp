@@ -274,8 +274,10 @@ void TierMover::prefetch_loop() {
     try {
       fill(jobs);
     } catch (const std::bad_alloc&) {
-      // No memory for the staging copy (up to prefetch_batch_bytes): the chunks not filled
-      // fail (F3), and the thread goes on. (A tier's own bad_alloc is a failed call: H7.)
+      // No memory for the staging copy (up to prefetch_batch_bytes), and the thread goes on.
+      // Every chunk fails (F3): with several pools, one marked filled may not have reached its
+      // slots yet. (A tier's own bad_alloc is a failed call: H7.)
+      for (PrefetchJob& job : jobs) job.filled.assign(job.filled.size(), false);
     }
     {
       std::lock_guard lock(mutex_);
