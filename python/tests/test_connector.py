@@ -60,17 +60,23 @@ def test_a_stored_prefix_loads_into_the_registered_tensors(rig):
     rig.worker.audit()
 
 
+def load_stored_prefix(r):
+    """Request "a" stores PROMPT's chunks; "b" matches them: the step metadata with b's load."""
+    compute_and_store(r, "a", [0, 1, 2, 3, 4])
+    m = r.scheduler.get_num_new_matched_tokens("b", PROMPT, 0)
+    r.scheduler.update_state_after_alloc("b", [8, 9, 10, 11, 12], m.tokens)
+    meta = r.scheduler.build_step_metadata(10, [])
+    assert len(meta.loads) == 1
+    return meta
+
+
 def test_F10_layerwise_a_layer_has_landed_when_wait_for_layer_load_returns():
     # Every load copy starts late: a forward pass that read a layer before its wait would see
     # zeros where the loaded KV goes.
     r = Rig(small_config("connector.transfer_granularity=layer", "faults.delay_rate=1",
                          "faults.direction=load"))
     try:
-        compute_and_store(r, "a", [0, 1, 2, 3, 4])
-        m = r.scheduler.get_num_new_matched_tokens("b", PROMPT, 0)
-        r.scheduler.update_state_after_alloc("b", [8, 9, 10, 11, 12], m.tokens)
-        meta = r.scheduler.build_step_metadata(10, [])
-        assert len(meta.loads) == 1
+        meta = load_stored_prefix(r)
         r.worker.start_load(meta)
         for layer, t in enumerate(r.kv):  # the forward pass, layer by layer
             r.worker.wait_for_layer_load(layer)
@@ -98,12 +104,7 @@ def test_F8_a_forward_pass_fence_behind_a_hung_copy_raises_FailStop_within_the_d
     r = Rig(small_config("connector.transfer_granularity=layer", "faults.hang_rate=1",
                          "faults.direction=load", "transfer.transfer_deadline_s=0.3"))
     try:
-        compute_and_store(r, "a", [0, 1, 2, 3, 4])
-        m = r.scheduler.get_num_new_matched_tokens("b", PROMPT, 0)
-        r.scheduler.update_state_after_alloc("b", [8, 9, 10, 11, 12], m.tokens)
-        meta = r.scheduler.build_step_metadata(10, [])
-        assert len(meta.loads) == 1
-        r.worker.start_load(meta)
+        r.worker.start_load(load_stored_prefix(r))
         with pytest.raises(kvtier.FailStop) as e:
             r.worker.wait_for_layer_load(0)
         assert "transfer deadline" in e.value.reason

@@ -170,27 +170,39 @@ TEST(KvEvents, APublisherThatStartsAgainMakesTheSubscriberForgetWhatItAnnounced)
 // that times out, and the requests that pile up in the socket must never block the subscriber's
 // thread (the router's, or the frontend's). Batches come from a raw PUB, numbered with a gap
 // before each.
+// A PUB socket that sends raw batches: [topic "", 8-byte sequence number, payload].
+struct RawPublisher {
+  RawPublisher(zmq::context_t& context, const std::string& endpoint, std::string batch)
+      : socket(context, zmq::socket_type::pub), payload(std::move(batch)) {
+    socket.set(zmq::sockopt::linger, 0);
+    socket.bind(endpoint);
+  }
+  void send(uint64_t seq) {
+    socket.send(zmq::buffer(std::string()), zmq::send_flags::sndmore);
+    socket.send(zmq::buffer(encode_sequence(seq)), zmq::send_flags::sndmore);
+    socket.send(zmq::buffer(payload), zmq::send_flags::none);
+  }
+  // Sends batch 0 until `sub` received it (a PUB drops what it sends before a subscription).
+  void until_subscribed(KvEventSubscriber& sub) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (sub.counters().batches == 0 && std::chrono::steady_clock::now() < deadline) {
+      send(0);
+      sub.poll(std::chrono::milliseconds(10));
+    }
+  }
+  zmq::socket_t socket;
+  std::string payload;
+};
+
 TEST(KvEvents, AReplayEndpointNobodyAnswersNeverBlocksTheSubscriber) {
   Endpoints ep;
   zmq::context_t context;
-  zmq::socket_t pub(context, zmq::socket_type::pub);
-  pub.set(zmq::sockopt::linger, 0);
-  pub.bind(ep.pub);
+  RawPublisher pub(context, ep.pub, encode_kv_event_batch(KvEventBatch{}));
   KvEventSubscriber sub({.endpoint = ep.pub,
                          .replay_endpoint = ep.replay,
                          .replay_timeout = std::chrono::milliseconds(1)});
-  const std::string payload = encode_kv_event_batch(KvEventBatch{});
-  const auto send = [&](uint64_t seq) {
-    pub.send(zmq::buffer(std::string()), zmq::send_flags::sndmore);
-    pub.send(zmq::buffer(encode_sequence(seq)), zmq::send_flags::sndmore);
-    pub.send(zmq::buffer(payload), zmq::send_flags::none);
-  };
-  // Batch 0 until the subscription is up.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (sub.counters().batches == 0 && std::chrono::steady_clock::now() < deadline) {
-    send(0);
-    sub.poll(std::chrono::milliseconds(10));
-  }
+  const auto send = [&](uint64_t seq) { pub.send(seq); };
+  pub.until_subscribed(sub);
   ASSERT_EQ(sub.counters().batches, 1u);
   constexpr uint64_t kGaps = 2500;  // past the replay socket's queue (1,000 messages)
   for (uint64_t i = 1; i <= kGaps; ++i) {
@@ -206,27 +218,17 @@ TEST(KvEvents, AReplayEndpointNobodyAnswersNeverBlocksTheSubscriber) {
 TEST(KvEvents, AReplayAnswerThatSkipsBatchesIsAGapAndALiveEndMarkerIsBad) {
   Endpoints ep;
   zmq::context_t context;
-  zmq::socket_t pub(context, zmq::socket_type::pub);
-  pub.set(zmq::sockopt::linger, 0);
-  pub.bind(ep.pub);
+  const std::string payload = encode_kv_event_batch(KvEventBatch{
+      .ts = 1, .events = {KvEvent{.kind = KvEventKind::kBlockRemoved, .block_hashes = {key(1)}}}});
+  RawPublisher pub(context, ep.pub, payload);
   zmq::socket_t router(context, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 0);
   router.bind(ep.replay);
   KvEventSubscriber sub({.endpoint = ep.pub,
                          .replay_endpoint = ep.replay,
                          .replay_timeout = std::chrono::seconds(5)});
-  const std::string payload = encode_kv_event_batch(KvEventBatch{
-      .ts = 1, .events = {KvEvent{.kind = KvEventKind::kBlockRemoved, .block_hashes = {key(1)}}}});
-  const auto send = [&](uint64_t seq) {
-    pub.send(zmq::buffer(std::string()), zmq::send_flags::sndmore);
-    pub.send(zmq::buffer(encode_sequence(seq)), zmq::send_flags::sndmore);
-    pub.send(zmq::buffer(payload), zmq::send_flags::none);
-  };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (sub.counters().batches == 0 && std::chrono::steady_clock::now() < deadline) {
-    send(0);
-    sub.poll(std::chrono::milliseconds(10));
-  }
+  const auto send = [&](uint64_t seq) { pub.send(seq); };
+  pub.until_subscribed(sub);
   ASSERT_EQ(sub.counters().batches, 1u);
   send(UINT64_MAX);  // the replay's end marker on the live stream
   send(5);           // a gap: the subscriber asks for a replay from 1
