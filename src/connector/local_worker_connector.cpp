@@ -76,13 +76,14 @@ void LocalWorkerConnector::check_ids(std::span<const TransferJob> loads,
   }
 }
 
-std::vector<TransferJob> LocalWorkerConnector::accept(std::span<const TransferJob> jobs,
-                                                      Direction direction, std::string& refusal) {
-  std::vector<TransferJob> accepted;
+std::vector<const TransferJob*> LocalWorkerConnector::accept(std::span<const TransferJob> jobs,
+                                                             Direction direction,
+                                                             std::string& refusal) {
+  std::vector<const TransferJob*> accepted;
   for (const TransferJob& job : jobs) {
     try {
       engine_->check(job.chunks);
-      accepted.push_back(job);
+      accepted.push_back(&job);
     } catch (const std::invalid_argument& e) {
       const std::string error = std::string(to_string(direction)) + " job " +
                                 std::to_string(job.job) + " refused: " + e.what();
@@ -110,16 +111,18 @@ void LocalWorkerConnector::start_load(const StepMetadata& metadata) {
                                     : std::span<const TransferJob>());
   flush(metadata.flush);
   std::string refusal;
-  const std::vector<TransferJob> loads = accept(metadata.loads, Direction::kLoad, refusal);
-  const std::vector<TransferJob> stores =
-      layered ? accept(metadata.stores, Direction::kStore, refusal) : std::vector<TransferJob>();
+  const std::vector<const TransferJob*> loads = accept(metadata.loads, Direction::kLoad, refusal);
+  const std::vector<const TransferJob*> stores =
+      layered ? accept(metadata.stores, Direction::kStore, refusal)
+              : std::vector<const TransferJob*>();
   start(loads, stores);
   if (!refusal.empty()) throw std::invalid_argument(refusal);
 }
 
-void LocalWorkerConnector::start(std::span<const TransferJob> loads,
-                                 std::span<const TransferJob> stores) {
-  for (const TransferJob& job : loads) {
+void LocalWorkerConnector::start(std::span<const TransferJob* const> loads,
+                                 std::span<const TransferJob* const> stores) {
+  for (const TransferJob* load : loads) {
+    const TransferJob& job = *load;
     GroupBlocks blocks(groups_);
     for (const ChunkTransfer& c : job.chunks) {
       blocks.at(c.group).insert(blocks[c.group].end(), c.blocks.begin(), c.blocks.end());
@@ -131,7 +134,7 @@ void LocalWorkerConnector::start(std::span<const TransferJob> loads,
     if (!loads_in_step_ || loads.empty()) return;
     std::vector<JobId> ids;
     ids.reserve(loads.size());
-    for (const TransferJob& job : loads) ids.push_back(job.job);
+    for (const TransferJob* job : loads) ids.push_back(job->job);
     // F10: the forward pass enqueued next reads the loaded blocks only after their copies ended.
     if (!engine_->fence_compute(ids) && fail_stop_reason_.empty()) {
       fail_stop_reason_ = "a load could not be fenced before the forward pass";
@@ -144,21 +147,21 @@ void LocalWorkerConnector::start(std::span<const TransferJob> loads,
   for (auto& group : layer_loads_) {
     for (auto& parts : group) parts.clear();  // waits the last step did not ask for
   }
-  for (const TransferJob& job : loads) register_layered(job, Direction::kLoad);
+  for (const TransferJob* job : loads) register_layered(*job, Direction::kLoad);
   const uint32_t most_layers = layers_.empty() ? 0 : std::ranges::max(layers_);
   for (uint32_t l = 0; l < most_layers; ++l) {
-    for (const TransferJob& job : loads) {
+    for (const TransferJob* job : loads) {
       for (uint32_t g = 0; g < groups_; ++g) {
         if (l >= layers_[g]) continue;
-        if (JobId part = submit_part(job, Direction::kLoad, {g, l})) {
+        if (JobId part = submit_part(*job, Direction::kLoad, {g, l})) {
           layer_loads_[g][l].push_back(part);
         }
       }
     }
   }
-  for (const TransferJob& job : stores) {
-    register_layered(job, Direction::kStore);
-    layer_stores_.push_back(LayeredStore{.job = job, .saved = {}});
+  for (const TransferJob* job : stores) {
+    register_layered(*job, Direction::kStore);
+    layer_stores_.push_back(LayeredStore{.job = *job, .saved = {}});
     for (uint32_t layers : layers_) layer_stores_.back().saved.emplace_back(layers, false);
   }
 }
@@ -201,9 +204,9 @@ void LocalWorkerConnector::queue_stores(const StepMetadata& metadata) {
     throw std::logic_error("LocalWorkerConnector: queue_stores before register_kv_caches");
   check_ids({}, metadata.stores);
   std::string refusal;
-  std::vector<TransferJob> stores = accept(metadata.stores, Direction::kStore, refusal);
-  queued_stores_.insert(queued_stores_.end(), std::make_move_iterator(stores.begin()),
-                        std::make_move_iterator(stores.end()));
+  for (const TransferJob* job : accept(metadata.stores, Direction::kStore, refusal)) {
+    queued_stores_.push_back(*job);
+  }
   if (!refusal.empty()) throw std::invalid_argument(refusal);
 }
 

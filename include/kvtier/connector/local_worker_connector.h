@@ -112,12 +112,12 @@ class LocalWorkerConnector final : public WorkerConnector {
   void register_layered(const TransferJob& job, Direction direction);
   // std::invalid_argument for a job id given twice or still in flight.
   void check_ids(std::span<const TransferJob> loads, std::span<const TransferJob> stores) const;
-  // The jobs whose chunks fit the registered caches and pool; the others get a Failed verdict,
-  // and the first one's reason goes to `refusal`.
-  std::vector<TransferJob> accept(std::span<const TransferJob> jobs, Direction direction,
-                                  std::string& refusal);
+  // The jobs whose chunks fit the registered caches and pool (pointers into `jobs`); the others
+  // get a Failed verdict, and the first one's reason goes to `refusal`.
+  std::vector<const TransferJob*> accept(std::span<const TransferJob> jobs, Direction direction,
+                                         std::string& refusal);
   // start_load's work for the accepted jobs.
-  void start(std::span<const TransferJob> loads, std::span<const TransferJob> stores);
+  void start(std::span<const TransferJob* const> loads, std::span<const TransferJob* const> stores);
   void save_layer_of(LayeredStore& store, KvLayer layer);
   void add_verdict(JobId job, Direction direction, Outcome outcome, std::string error);
   void collect();
