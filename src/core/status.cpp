@@ -12,6 +12,8 @@ std::string_view to_string(ErrorCode code) {
       return "resource_exhausted";
     case ErrorCode::kFailedPrecondition:
       return "failed_precondition";
+    case ErrorCode::kPermissionDenied:
+      return "permission_denied";
     case ErrorCode::kDeviceFault:
       return "device_fault";
     case ErrorCode::kDeadlineExceeded:

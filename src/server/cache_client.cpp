@@ -38,6 +38,7 @@ ErrorCode error_code_of(std::string_view code) {
   if (code == codes::kShuttingDown || code == codes::kNotRegistered) return ErrorCode::kUnavailable;
   if (code == codes::kInternal) return ErrorCode::kInternal;
   if (code == codes::kUnsealedMemory) return ErrorCode::kFailedPrecondition;
+  if (code == codes::kPermissionDenied) return ErrorCode::kPermissionDenied;
   return ErrorCode::kInvalidArgument;
 }
 

@@ -27,6 +27,8 @@
 //   takes the read lock, that handle_lookup would give in that state.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -112,6 +114,10 @@ struct Envelope {
   TenantId tenant = kDefaultTenant;  // the client's; its keys are scoped to it already
   Request request;
   QueuedCount queued;  // decremented once the request was dispatched (may be null)
+  // REGISTER: the user the client runs as, whose processes' memory it may register
+  // (SharedKvMapping::open): its ipc:// socket's peer credentials; over a transport that tells
+  // none (tcp://), the server's own user.
+  uid_t client_uid = 0;
 };
 
 // A LOOKUP's arguments, wherever its keys live (a Request, or the frame's LookupFrame).
@@ -209,7 +215,8 @@ class CacheService {
   void run();
   void handle(Envelope& envelope);
   void dispatch(const Envelope& envelope);
-  void handle_register(const std::string& client, TenantId tenant, const Request& request);
+  void handle_register(const std::string& client, TenantId tenant, uid_t client_uid,
+                       const Request& request);
   void handle_unregister(const std::string& client, const Request& request);
   void handle_lookup(const std::string& client, TenantId tenant, const Request& request);
   // The LOOKUP answer (both paths), under state_mu_; may raise only before it changed state.

@@ -100,7 +100,16 @@ Status check_endpoint_access(const ServerConfig& server, std::string& warning) {
   warning.clear();
   // ipc://@name is Linux's abstract namespace: no file, so no mode keeps other users out.
   const bool abstract = server.endpoint.starts_with("ipc://@");
-  if (!server.tenants_file.empty() || (server.endpoint.starts_with(kIpc) && !abstract)) return {};
+  const bool ipc = server.endpoint.starts_with(kIpc);
+  if (!server.tenants_file.empty() && !ipc && geteuid() == 0) {
+    // REGISTER opens memory only of processes of the client's user, and over tcp:// that user
+    // is taken to be the server's own (SharedKvMapping::open): here, root's.
+    warning = "kvtierd runs as root and serves " + server.endpoint +
+              ": it cannot tell which user a tcp:// client runs as, so a client of any tenant "
+              "may register the memory of any process on this machine; run kvtierd as a user "
+              "of its own, or serve an ipc:// endpoint";
+  }
+  if (!server.tenants_file.empty() || (ipc && !abstract)) return {};
   if (!server.insecure) {
     return make_error(
         ErrorCode::kInvalidArgument,

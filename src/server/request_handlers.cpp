@@ -23,6 +23,8 @@ std::string_view code_for(ErrorCode code) {
       return codes::kInvalidArgument;
     case ErrorCode::kFailedPrecondition:  // only SharedKvMapping::open: unsealed memory
       return codes::kUnsealedMemory;
+    case ErrorCode::kPermissionDenied:  // only SharedKvMapping::open: another user's memory
+      return codes::kPermissionDenied;
     default:
       return codes::kInternal;
   }
@@ -50,7 +52,7 @@ void CacheService::dispatch(const Envelope& e) {
   }
   switch (r.op) {
     case Op::kRegister:
-      return handle_register(client, e.tenant, r);
+      return handle_register(client, e.tenant, e.client_uid, r);
     case Op::kUnregister:
       return handle_unregister(client, r);
     case Op::kLookup:
@@ -93,7 +95,8 @@ CacheService::Session* CacheService::session_of(const std::string& client, uint6
   return &it->second;
 }
 
-void CacheService::handle_register(const std::string& client, TenantId tenant, const Request& r) {
+void CacheService::handle_register(const std::string& client, TenantId tenant, uid_t client_uid,
+                                   const Request& r) {
   if (auto it = sessions_.find(client); it != sessions_.end() && !it->second.gone) {
     error(client, r.id, codes::kAlreadyRegistered, "this client is registered already");
     return;
@@ -113,7 +116,7 @@ void CacheService::handle_register(const std::string& client, TenantId tenant, c
               " bytes");
     return;
   }
-  auto memory = SharedKvMapping::open(host_, r.memory, r.layout);
+  auto memory = SharedKvMapping::open(host_, r.memory, r.layout, client_uid);
   if (!memory) {
     error(client, r.id, code_for(memory.error().code), "memory: " + memory.error().message);
     return;

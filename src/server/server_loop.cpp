@@ -3,9 +3,11 @@
 // limits, tracks client liveness, and forwards replies the cache service produces. It never
 // runs a handler, so a slow handler never blocks it.
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <iostream>
@@ -122,15 +124,19 @@ class SocketLoop {
   // One request: answers bad requests, disabled hooks, PING, requests over the client's
   // in-flight limit and (lookup_now) LOOKUP itself, adding the reply to `now`; posts the rest
   // to the service.
-  void admit_one(const std::string& client, Peer& peer, Result<Request> request, uint64_t id,
-                 Answers& now);
+  void admit_one(const std::string& client, Peer& peer, zmq::message_t& message,
+                 Result<Request> request, uint64_t id, Answers& now);
   // A LOOKUP (its keys scoped): over the in-flight limit, answered now (lookup_now), or posted
   // to the service, as `request` when the frame was decoded into one.
   void admit_lookup(const std::string& client, Peer& peer, const LookupQuery& query, Answers& now,
                     Request* request = nullptr);
   // A limit_exceeded reply when the client has server.max_requests_in_flight requests in flight.
   bool over_limit(const Peer& peer, uint64_t id, Answers& now);
-  void post(const std::string& client, Peer& peer, Request request);
+  void post(const std::string& client, Peer& peer, Request request, uid_t client_uid = 0);
+  // The user the sender of `message` runs as: the uid of its ipc:// socket's peer credentials,
+  // which libzmq appends to the message's "Peer-Address" (":<uid>:<gid>:<pid>"); this server's
+  // own user where the transport carries none (tcp://).
+  uid_t client_uid_of(zmq::message_t& message) const;
   // The tenant of a request message: its "User-Id" (set by the ZAP handler) under CURVE, else
   // the default tenant; nullopt when a CURVE message names no known tenant.
   std::optional<TenantId> tenant_of(zmq::message_t& message) const;
@@ -348,13 +354,13 @@ void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& p
   if (!is_batch_frame(frame)) {
     uint64_t id = 0;
     auto request = decode_request(frame, limits_, &id);
-    admit_one(client, peer, std::move(request), id, now);
+    admit_one(client, peer, parts.back(), std::move(request), id, now);
     if (now.count > 0) send_to(router_, client, now.reply_frame(false));
     return;
   }
   ++counters_.batch_frames;
   const Status read = decode_batch(frame, limits_, [&](BatchItem item) {
-    admit_one(client, peer, std::move(item.request), item.id, now);
+    admit_one(client, peer, parts.back(), std::move(item.request), item.id, now);
   });
   if (!read) {  // nothing of it could be read as requests: one error reply, as for any frame
     ++counters_.requests;
@@ -366,8 +372,8 @@ void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& p
   if (now.count > 0) send_to(router_, client, now.reply_frame(true));
 }
 
-void SocketLoop::admit_one(const std::string& client, Peer& peer, Result<Request> request,
-                           uint64_t id, Answers& now) {
+void SocketLoop::admit_one(const std::string& client, Peer& peer, zmq::message_t& message,
+                           Result<Request> request, uint64_t id, Answers& now) {
   ++counters_.requests;
   if (!request) {
     ++counters_.rejected_frames;
@@ -398,7 +404,29 @@ void SocketLoop::admit_one(const std::string& client, Peer& peer, Result<Request
     return;
   }
   if (over_limit(peer, id, now)) return;
-  post(client, peer, std::move(*request));
+  const uid_t client_uid = request->op == Op::kRegister ? client_uid_of(message) : 0;
+  post(client, peer, std::move(*request), client_uid);
+}
+
+uid_t SocketLoop::client_uid_of(zmq::message_t& message) const {
+  if (options_.config.server.endpoint.starts_with("ipc://")) {
+    const char* address = zmq_msg_gets(message.handle(), "Peer-Address");
+    const std::string_view text = address == nullptr ? "" : address;
+    // The last three ':'-separated fields are uid, gid and pid.
+    const size_t pid_at = text.rfind(':');
+    const size_t gid_at = pid_at == 0 || pid_at == std::string_view::npos
+                              ? std::string_view::npos
+                              : text.rfind(':', pid_at - 1);
+    const size_t uid_at = gid_at == 0 || gid_at == std::string_view::npos
+                              ? std::string_view::npos
+                              : text.rfind(':', gid_at - 1);
+    uid_t uid = 0;
+    if (uid_at != std::string_view::npos &&
+        std::from_chars(text.data() + uid_at + 1, text.data() + gid_at, uid).ec == std::errc{}) {
+      return uid;
+    }
+  }
+  return geteuid();
 }
 
 bool SocketLoop::over_limit(const Peer& peer, uint64_t id, Answers& now) {
@@ -410,10 +438,10 @@ bool SocketLoop::over_limit(const Peer& peer, uint64_t id, Answers& now) {
   return true;
 }
 
-void SocketLoop::post(const std::string& client, Peer& peer, Request request) {
+void SocketLoop::post(const std::string& client, Peer& peer, Request request, uid_t client_uid) {
   ++peer.in_flight;
   peer.queued->fetch_add(1);
-  service_->post(Envelope{client, peer.tenant, std::move(request), peer.queued});
+  service_->post(Envelope{client, peer.tenant, std::move(request), peer.queued, client_uid});
 }
 
 void SocketLoop::admit_lookup(const std::string& client, Peer& peer, const LookupQuery& query,

@@ -1,12 +1,18 @@
 #include "shared_kv_memory.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
+#include <string_view>
 
 namespace kvtier::server {
 
@@ -47,37 +53,111 @@ Status check_fits(const SharedKvMemory& memory, const KvLayout& layout) {
   return {};
 }
 
-// Opens the client's memory read/write: its memfd through /proc/<pid>/fd/<fd> (the same open
-// file, reopened), or a POSIX shm object by name (refused below: it cannot be sealed).
-Result<int> open_client_memory(const SharedKvMemory& memory) {
-  std::string path;
-  if (memory.shm_name.empty()) {
-    if (memory.pid == 0) return make_error(ErrorCode::kInvalidArgument, "memory.pid is 0");
-    path = "/proc/" + std::to_string(memory.pid) + "/fd/" + std::to_string(memory.fd);
-  } else {
-    const std::string& name = memory.shm_name;
-    if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos) {
-      return make_error(ErrorCode::kInvalidArgument, "shm_name must be '/name' with no other '/'");
-    }
-    path = "/dev/shm" + name;
-  }
-  // O_NOFOLLOW does not apply: /proc/<pid>/fd/<n> is a magic link by design. O_NONBLOCK: a
-  // client naming a FIFO or a device must not stall the service thread.
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+// The real, effective and saved uids of the process whose /proc directory is `proc_dir`
+// (its status file's "Uid:" line).
+Result<std::array<uid_t, 3>> process_uids(int proc_dir, const std::string& what) {
+  const int fd = openat(proc_dir, "status", O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
-                      "cannot open the client's memory " + path + ": " + std::strerror(errno));
+    return make_error(
+        errno == ESRCH || errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+        "cannot read " + what + "/status: " + std::strerror(errno));
   }
-  return fd;
+  std::string text(8192, '\0');
+  size_t filled = 0;
+  while (filled < text.size()) {
+    const ssize_t n = read(fd, text.data() + filled, text.size() - filled);
+    if (n <= 0) break;
+    filled += static_cast<size_t>(n);
+  }
+  close(fd);
+  text.resize(filled);
+  const size_t at = text.find("\nUid:");
+  if (at == std::string::npos) {
+    return make_error(ErrorCode::kNotFound, what + "/status has no Uid line: the process ended?");
+  }
+  std::array<uid_t, 3> uids{};
+  const char* p = text.data() + at + 5;
+  const char* const end = text.data() + text.size();
+  for (uid_t& uid : uids) {
+    while (p < end && (*p == ' ' || *p == '\t')) ++p;
+    const auto [next, ec] = std::from_chars(p, end, uid);
+    if (ec != std::errc{}) {
+      return make_error(ErrorCode::kInternal, what + "/status: unreadable Uid line");
+    }
+    p = next;
+  }
+  return uids;
+}
+
+// Opens the client's memfd read/write through /proc/<pid>/fd/<fd> (the same open file,
+// reopened). The process's uids are read, and the link read, through the /proc/<pid> directory
+// the descriptor is then opened through: should the process end and its pid be reused
+// meanwhile, that directory stays the ended process's and the open fails. Only a memfd is
+// opened: opening another file can wait on whatever serves it (a FIFO, a device, a FUSE
+// filesystem that never answers) and stall the service thread; reading the link cannot.
+Result<int> open_client_memory(const SharedKvMemory& memory, uid_t client_uid) {
+  if (!memory.shm_name.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "a POSIX shared-memory object (shm_name) cannot be sealed against "
+                      "shrinking: register a memfd sealed with F_SEAL_SHRINK (docs/protocol.md)");
+  }
+  if (memory.pid == 0) return make_error(ErrorCode::kInvalidArgument, "memory.pid is 0");
+  const std::string dir = "/proc/" + std::to_string(memory.pid);
+  const int proc_dir = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (proc_dir < 0) {
+    return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+                      "cannot open the client's memory: " + dir + ": " + std::strerror(errno));
+  }
+  Result<int> opened = [&]() -> Result<int> {
+    auto uids = process_uids(proc_dir, dir);
+    if (!uids) return std::unexpected(uids.error());
+    if (client_uid != 0 && std::ranges::any_of(*uids, [&](uid_t u) { return u != client_uid; })) {
+      return make_error(ErrorCode::kPermissionDenied,
+                        "process " + std::to_string(memory.pid) + " does not run as your user (" +
+                            std::to_string(client_uid) +
+                            "): register memory of your own user's processes");
+    }
+    const std::string fd = "fd/" + std::to_string(memory.fd);
+    const std::string shown = dir + "/" + fd;
+    std::array<char, 256> target{};
+    const ssize_t length = readlinkat(proc_dir, fd.c_str(), target.data(), target.size() - 1);
+    if (length < 0) {
+      return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+                        "cannot open the client's memory " + shown + ": " + std::strerror(errno));
+    }
+    const std::string_view file(target.data(), static_cast<size_t>(length));
+    if (!file.starts_with("/memfd:")) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "the client's memory " + shown + " is " + std::string(file) +
+                            ", not a memfd: register a sealed memfd (docs/protocol.md)");
+    }
+    // O_NOFOLLOW does not apply: fd/<n> is a magic link by design.
+    const int opened_fd = openat(proc_dir, fd.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (opened_fd < 0) {
+      return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+                        "cannot open the client's memory " + shown + ": " + std::strerror(errno));
+    }
+    return opened_fd;
+  }();
+  close(proc_dir);
+  return opened;
 }
 
 // The client must never be able to shrink the memory while it is mapped here (a copy past the
 // end of a shrunk file is SIGBUS): F_SEAL_SHRINK must be set. The seals are read before the
-// size, so the size read is one that can no longer decrease.
+// size, so the size read is one that can no longer decrease. The memory must be an ordinary
+// (tmpfs) memfd: in a hugetlbfs one (MFD_HUGETLB) the client can punch a hole and use up the
+// huge pages that would refill it, and the server's next copy there is SIGBUS too.
 Status check_sealed(int fd, uint64_t expected_bytes) {
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     return make_error(ErrorCode::kInvalidArgument, "the client's memory is not a regular file");
+  }
+  struct statfs fs {};
+  if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the client's memory is not an ordinary memfd (a huge-page one, "
+                      "MFD_HUGETLB, is refused): register a memfd without MFD_HUGETLB");
   }
   const int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
@@ -97,10 +177,11 @@ Status check_sealed(int fd, uint64_t expected_bytes) {
 
 Result<std::unique_ptr<SharedKvMapping>> SharedKvMapping::open(HostDevice& device,
                                                                const SharedKvMemory& memory,
-                                                               const KvLayout& layout) {
+                                                               const KvLayout& layout,
+                                                               uid_t client_uid) {
   if (memory.bytes == 0) return make_error(ErrorCode::kInvalidArgument, "memory.bytes is 0");
   if (Status st = check_fits(memory, layout); !st) return std::unexpected(st.error());
-  auto opened = open_client_memory(memory);
+  auto opened = open_client_memory(memory, client_uid);
   if (!opened) return std::unexpected(opened.error());
   const int fd = *opened;
   if (Status st = check_sealed(fd, memory.bytes); !st) {

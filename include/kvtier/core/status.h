@@ -14,6 +14,7 @@ enum class ErrorCode {
   kNotFound,            // a key, slot or job that is not there
   kResourceExhausted,   // no room (pool full, limit reached)
   kFailedPrecondition,  // the call is not allowed in the current state
+  kPermissionDenied,    // the caller may not do this (e.g. name another user's memory)
   kDeviceFault,         // a device reported a fault (soft: degrades the cache)
   kDeadlineExceeded,    // a deadline passed
   kUnavailable,         // a tier or server cannot be reached

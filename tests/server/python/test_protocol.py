@@ -11,11 +11,13 @@ Run: PROTOCOL_TEST_KVTIER=build/apps/kvtier/kvtier /usr/bin/python3 -m pytest -q
 
 import fcntl
 import itertools
+import json
 import mmap
 import os
 import re
 import struct
 import subprocess
+import sys
 import time
 import uuid
 
@@ -431,6 +433,93 @@ def test_unsealed_memory_is_refused(server):
                  "not_registered")
     c.close()
     memory.close()
+    assert_second_client_served(server)
+
+
+# A client registers memory of its own user's processes only: kvtierd opens it with its own
+# privileges, which here (root, serving the users of server.ipc_group) reach further.
+REGISTER_AS_NOBODY = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import test_protocol as t
+
+class Endpoint:
+    endpoint = sys.argv[2]
+
+client, own = t.Client(Endpoint()), t.Memory()
+print(json.dumps({"theirs": client.call({"op": "REGISTER", "rank": 0,
+                                         "layout": {"device_layout": "per_layer",
+                                                    "groups": [t.LAYOUT]},
+                                         "memory": json.loads(sys.argv[3])}),
+                  "own": client.register(own)}))
+"""
+
+
+def test_memory_of_another_users_process_is_permission_denied():
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run a client as another user")
+    server, memory = Server(extra=["server.ipc_group=nogroup"]), Memory()
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", REGISTER_AS_NOBODY, os.path.dirname(__file__),
+             server.endpoint, json.dumps(memory.describe())],
+            user="nobody", group="nogroup", extra_groups=[], capture_output=True, text=True,
+            timeout=60, check=False)
+        assert child.returncode == 0, child.stderr
+        replies = json.loads(child.stdout)
+        reply = expect_error(replies["theirs"], "permission_denied")
+        assert "does not run as your user" in reply["msg"]
+        assert replies["own"]["ok"], replies["own"]
+        assert server.alive()
+    finally:
+        memory.close()
+        server.stop()
+
+
+def test_memory_that_is_not_a_memfd_is_refused_before_it_is_opened(server, tmp_path):
+    # Opening a file can wait on whatever serves it (a FUSE filesystem that never answers); the
+    # server reads the descriptor's link and opens nothing but a memfd.
+    path = tmp_path / "kv"
+    path.write_bytes(bytes(MEMORY_BYTES))
+    fd = os.open(path, os.O_RDWR)
+    c = Client(server)
+    try:
+        memory = {"pid": os.getpid(), "fd": fd, "bytes": MEMORY_BYTES,
+                  "groups": [{"offsets": [l * TENSOR for l in range(LAYOUT["layers"])],
+                              "num_blocks": NUM_BLOCKS}]}
+        reply = expect_error(c.call({"op": "REGISTER", "rank": 0,
+                                     "layout": {"device_layout": "per_layer", "groups": [LAYOUT]},
+                                     "memory": memory}), "invalid_argument")
+        assert "not a memfd" in reply["msg"] and str(path) in reply["msg"]
+    finally:
+        c.close()
+        os.close(fd)
+    assert_second_client_served(server)
+
+
+def test_a_huge_page_memfd_is_refused(server):
+    # In a hugetlbfs memfd a client can punch a hole and use up the huge pages that would refill
+    # it: the server's next copy there would be SIGBUS.
+    size = 2 << 20
+    try:
+        fd = os.memfd_create("kvtier-pytest-huge", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
+                             | os.MFD_HUGETLB)
+        os.ftruncate(fd, size)
+    except OSError as e:
+        pytest.skip(f"no huge-page memfd here: {e}")
+    c = Client(server)
+    try:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+        memory = {"pid": os.getpid(), "fd": fd, "bytes": size,
+                  "groups": [{"offsets": [l * TENSOR for l in range(LAYOUT["layers"])],
+                              "num_blocks": NUM_BLOCKS}]}
+        reply = expect_error(c.call({"op": "REGISTER", "rank": 0,
+                                     "layout": {"device_layout": "per_layer", "groups": [LAYOUT]},
+                                     "memory": memory}), "invalid_argument")
+        assert "MFD_HUGETLB" in reply["msg"]
+    finally:
+        c.close()
+        os.close(fd)
     assert_second_client_served(server)
 
 
