@@ -72,11 +72,15 @@ class EngineCore {
       zmq::pollitem_t items[] = {{frontend_.handle(), 0, ZMQ_POLLIN, 0},
                                  {workers_socket_.handle(), 0, ZMQ_POLLIN, 0}};
       zmq::poll(items, 2, kPoll);
-      if (const auto reason = check_workers()) return fail(*reason);
+      // SIGINT/SIGTERM: as a shutdown message. Before the workers are checked: they got the
+      // signal too, and one that exited of it has not failed.
+      if (stop_requested_.load()) return stop(0);
+      // A worker's messages before its process: a worker's fatal message names the cause.
       while (auto msg = try_receive(workers_socket_, true)) {
         if (!*msg) continue;
         if (auto reason = on_worker_message(**msg)) return fail(*reason);
       }
+      if (const auto reason = check_workers()) return fail(*reason);
       while (auto msg = try_receive(frontend_, false)) {
         if (!*msg) {
           log_warning(msg->error().message);
@@ -85,7 +89,6 @@ class EngineCore {
         if ((*msg)->body["t"] == "shutdown") return stop(0);
         on_frontend_message((*msg)->body);
       }
-      if (stop_requested_.load()) return stop(0);  // SIGINT/SIGTERM: as a shutdown message
       if (step_in_flight_ && done_count_ == shape_.world_size) {
         if (auto reason = finish_step()) return fail(*reason);
       }
@@ -216,6 +219,15 @@ class EngineCore {
       w.output = worker_output_from_json(msg.body.at("output"));
       if (msg.body.contains("faults"))
         w.faults = injected_fault_counts_from_json(msg.body.at("faults"));
+      // Checked before the step is finished with it: a count the scheduler refuses would throw
+      // there, and another rank's output would count as that rank's repeated verdict (F9).
+      if (w.tokens.size() != step_batch_size_) {
+        throw std::invalid_argument(std::to_string(w.tokens.size()) + " tokens for a batch of " +
+                                    std::to_string(step_batch_size_));
+      }
+      if (w.output->rank != *rank) {
+        throw std::invalid_argument("the output of rank " + std::to_string(w.output->rank));
+      }
     } catch (const std::exception& e) {
       return worker_name(*rank) + " sent a malformed result: " + e.what();
     }
@@ -254,6 +266,7 @@ class EngineCore {
                                 {"batch", std::move(batch)},
                                 {"meta", to_json(plan.metadata)}};
     step_ = plan.step;
+    step_batch_size_ = plan.batch.size();
     for (uint32_t r = 0; r < workers_.size(); ++r) {
       workers_[r].done = false;
       workers_[r].output.reset();
@@ -356,6 +369,7 @@ class EngineCore {
   ProgressWatchdog watchdog_;
   bool step_in_flight_ = false;
   uint64_t step_ = 0;
+  size_t step_batch_size_ = 0;  // the sequences of step_: each rank's done has a token for each
   uint32_t done_count_ = 0;
 };
 

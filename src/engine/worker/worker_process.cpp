@@ -93,13 +93,7 @@ class Worker {
       try {
         run_step((*msg)->body);
       } catch (const std::exception& e) {
-        // Tell the engine core why, then leave without unwinding: copies may still touch this
-        // rank's memory.
-        log_error(std::string("fatal: ") + e.what());
-        send_message(socket_, {{"t", "fatal"}, {"rank", rank_}, {"message", e.what()}});
-        socket_.set(zmq::sockopt::linger, 1000);
-        socket_.close();
-        std::_Exit(1);
+        leave(e.what());
       }
     }
   }
@@ -123,7 +117,10 @@ class Worker {
       ++i;
     }
     connector_->start_load(meta);
-    if (connector_->fail_stopped()) leave_fail_stopped(connector_->take_output().fail_stop_reason);
+    if (connector_->fail_stopped()) {
+      leave("fail-stop (F7) before the forward pass: " +
+            connector_->take_output().fail_stop_reason);
+    }
     std::vector<TokenId> sampled;
     if (!inputs.empty()) {
       // The forward pass runs on the compute stream, one layer at a time, in order with the
@@ -149,14 +146,17 @@ class Worker {
     send_message(socket_, done);
   }
 
+  // This rank cannot go on (a step threw, or F7 below): it tells the engine core why, then waits,
+  // computing nothing and without unwinding (copies may still touch this rank's memory), until
+  // the core's shutdown or kill. The socket stays open, so the message is delivered: a process
+  // that closed it and exited at once could be reaped before its message arrived, and the core
+  // would report only the exit.
+  //
   // F7: a rank that cannot prove its copies stopped writes no more KV. When the fail-stop shows
   // in start_load, a store of the flush set may still be reading the blocks this step's forward
-  // pass would write (kvtierd would publish what it wrote), so the pass is never enqueued. The
-  // engine core fails on the message and ends this process; until then it computes nothing.
-  // Unlike a fatal error's exit, the socket stays open, so the message is delivered.
-  [[noreturn]] void leave_fail_stopped(const std::string& reason) {
-    const std::string message = "fail-stop (F7) before the forward pass: " + reason;
-    log_error(message);
+  // pass would write (kvtierd would publish what it wrote), so the pass is never enqueued.
+  [[noreturn]] void leave(const std::string& message) {
+    log_error("fatal: " + message);
     send_message(socket_, {{"t", "fatal"}, {"rank", rank_}, {"message", message}});
     for (;;) {
       if (stop_requested_.load()) std::_Exit(1);
