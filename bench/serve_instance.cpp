@@ -124,8 +124,11 @@ StreamResult ServeInstance::stream(const std::string& prompt, size_t max_tokens,
   c.set_connection_timeout(std::chrono::seconds(2));
   c.set_read_timeout(timeout);
   c.set_write_timeout(std::chrono::seconds(5));
-  const nlohmann::json body = {
-      {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", true}};
+  const nlohmann::json body = {{"prompt", prompt},
+                               {"max_tokens", max_tokens},
+                               {"temperature", 0},
+                               {"stream", true},
+                               {"stream_options", {{"include_usage", true}}}};
   StreamResult result;
   std::string pending;
   size_t events = 0;
@@ -152,7 +155,7 @@ StreamResult ServeInstance::stream(const std::string& prompt, size_t max_tokens,
         if (details != usage->end() && details->is_object())
           result.cached_tokens = details->value("cached_tokens", size_t{0});
       }
-      if (!j.contains("choices")) continue;
+      if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
       const std::string piece = j["choices"][0].value("text", "");
       if (!piece.empty()) {
         result.last_piece_ms = ms_since(t0);

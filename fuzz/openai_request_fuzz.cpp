@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "kvtier/engine/openai_request.h"
@@ -18,7 +19,23 @@ using kvtier::CompletionRequest;
 
 bool same(const CompletionRequest& a, const CompletionRequest& b) {
   return a.chat == b.chat && a.prompt == b.prompt && a.max_tokens == b.max_tokens &&
-         a.stream == b.stream;
+         a.stream == b.stream && a.include_usage == b.include_usage;
+}
+
+// The chat template (docs/engine.md) of messages the parser accepted: each content a string, an
+// array of text parts (joined) or null.
+std::string rendered(const nlohmann::json& messages) {
+  std::string prompt;
+  for (const nlohmann::json& m : messages) {
+    std::string text;
+    const nlohmann::json& content = m["content"];
+    if (content.is_string()) text = content.get<std::string>();
+    if (content.is_array()) {
+      for (const nlohmann::json& part : content) text += part["text"].get<std::string>();
+    }
+    prompt += "<|" + m["role"].get<std::string>() + "|>\n" + text + "\n";
+  }
+  return prompt + "<|assistant|>\n";
 }
 
 void check_error(const kvtier::RequestError& error) {
@@ -59,8 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // What the body said is what the engine gets.
   const nlohmann::json json = nlohmann::json::parse(body);
-  const std::string prompt =
-      chat ? kvtier::chat_prompt(json["messages"]) : json["prompt"].get<std::string>();
+  const std::string prompt = chat ? rendered(json["messages"]) : json["prompt"].get<std::string>();
   if (request->prompt != prompt) std::abort();
   if (json.contains("max_tokens") && !json["max_tokens"].is_null() &&
       json["max_tokens"] != request->max_tokens) {
@@ -70,9 +86,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
   // The request as a completion body parses back to itself.
-  const nlohmann::json again_body = {{"prompt", request->prompt},
-                                     {"max_tokens", request->max_tokens},
-                                     {"stream", request->stream}};
+  const nlohmann::json again_body = {
+      {"prompt", request->prompt},
+      {"max_tokens", request->max_tokens},
+      {"stream", request->stream},
+      {"stream_options", {{"include_usage", request->include_usage}}}};
   auto again = kvtier::parse_completion_request(again_body.dump(), false, limits);
   if (!again) std::abort();
   again->chat = chat;

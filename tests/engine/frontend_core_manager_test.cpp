@@ -74,11 +74,31 @@ TEST(FrontendCoreManager, CompletionStream) {
   EXPECT_TRUE(stream.done) << stream.raw;
   EXPECT_FALSE(stream.error);
   EXPECT_EQ(stream.text(), fake_text(9, 5));
-  // Three chunks of text (2 + 2 + 1 tokens), then the final chunk with the finish reason.
+  // Three chunks of text (2 + 2 + 1 tokens), then the final chunk with the finish reason; no
+  // usage, which the request did not ask for.
   ASSERT_EQ(stream.events.size(), 4u) << stream.raw;
   const nlohmann::json last = stream.events.back().json();
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(last["usage"]["completion_tokens"], 5);
+  EXPECT_FALSE(last.contains("usage")) << stream.raw;
+}
+
+// stream_options.include_usage, as OpenAI's clients (and vLLM's benchmark) read it: after the
+// finish_reason's chunk, one with the usage and an empty `choices`, then [DONE].
+TEST(FrontendCoreManager, CompletionStreamWithUsage) {
+  FrontendRig rig;
+  ASSERT_TRUE(rig.health_becomes("ok"));
+  nlohmann::json request = completion("stream me", 5, true);
+  request["stream_options"] = {{"include_usage", true}};
+  const SseStream stream = rig.stream("/v1/completions", request);
+  EXPECT_TRUE(stream.done) << stream.raw;
+  EXPECT_EQ(stream.text(), fake_text(9, 5));
+  ASSERT_EQ(stream.events.size(), 5u) << stream.raw;
+  EXPECT_EQ(stream.events[3].json()["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(stream.events[3].json().contains("usage"));
+  const nlohmann::json usage = stream.events.back().json();
+  EXPECT_EQ(usage["choices"], nlohmann::json::array());
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], 9);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 5);
 }
 
 TEST(FrontendCoreManager, ChatStream) {

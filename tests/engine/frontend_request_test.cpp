@@ -92,12 +92,65 @@ TEST(FrontendRequest, ErrorBodyHasOpenAIShape) {
 TEST(FrontendRequest, ChatTemplate) {
   const nlohmann::json messages = nlohmann::json::parse(
       R"([{"role":"system","content":"be brief"},{"role":"user","content":"hi"}])");
-  EXPECT_EQ(chat_prompt(messages), "<|system|>\nbe brief\n<|user|>\nhi\n<|assistant|>\n");
   auto parsed =
       parse_completion_request(nlohmann::json{{"messages", messages}}.dump(), true, kLimits);
   ASSERT_TRUE(parsed) << parsed.error().message;
   EXPECT_TRUE(parsed->chat);
-  EXPECT_EQ(parsed->prompt, chat_prompt(messages));
+  EXPECT_EQ(parsed->prompt, "<|system|>\nbe brief\n<|user|>\nhi\n<|assistant|>\n");
+}
+
+// The shape vLLM's and OpenAI's chat clients send: content as an array of text parts, an
+// assistant turn with null content, and max_completion_tokens.
+TEST(FrontendRequest, ChatContentAsTextPartsAndMaxCompletionTokens) {
+  const nlohmann::json body = nlohmann::json::parse(R"({"messages":[
+      {"role":"user","content":[{"type":"text","text":"hel"},{"type":"text","text":"lo"}]},
+      {"role":"assistant","content":null},
+      {"role":"user","content":"again"}], "max_completion_tokens": 5})");
+  auto parsed = parse_completion_request(body.dump(), true, kLimits);
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_EQ(parsed->prompt, "<|user|>\nhello\n<|assistant|>\n\n<|user|>\nagain\n<|assistant|>\n");
+  EXPECT_EQ(parsed->max_tokens, 5u);
+  nlohmann::json image = body;
+  image["messages"][0]["content"][1] = {{"type", "image_url"}, {"image_url", {{"url", "x"}}}};
+  EXPECT_EQ(rejected(image, true).param, "messages[0].content[1]");
+  nlohmann::json both = body;
+  both["max_tokens"] = 6;
+  EXPECT_EQ(rejected(both, true).param, "max_completion_tokens");
+  both["max_tokens"] = 5;
+  EXPECT_TRUE(parse_completion_request(both.dump(), true, kLimits));
+  nlohmann::json bad = body;
+  bad["max_completion_tokens"] = 0;
+  EXPECT_EQ(rejected(bad, true).param, "max_completion_tokens");
+}
+
+// A field asking for what the engine does not do is refused, never silently ignored; the
+// default value of each is accepted.
+TEST(FrontendRequest, FieldsAskingForWhatTheEngineDoesNotDoAreRefused) {
+  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"n", 2},
+           {"best_of", 3},
+           {"echo", true},
+           {"logprobs", 2},
+           {"logprobs", true},
+           {"top_logprobs", 1},
+           {"stop", "\n"},
+           {"stop", nlohmann::json::array({"x"})}}) {
+    SCOPED_TRACE(field + " = " + value.dump());
+    EXPECT_EQ(rejected({{"prompt", "a"}, {field, value}}).param, field);
+  }
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"n", 1},
+                                                           {"best_of", 1},
+                                                           {"echo", false},
+                                                           {"logprobs", nullptr},
+                                                           {"logprobs", 0},
+                                                           {"top_logprobs", 0},
+                                                           {"stop", nullptr},
+                                                           {"stop", nlohmann::json::array()}}) {
+    SCOPED_TRACE(field + " = " + value.dump());
+    EXPECT_TRUE(parse_completion_request(nlohmann::json{{"prompt", "a"}, {field, value}}.dump(),
+                                         false, kLimits));
+  }
 }
 
 TEST(FrontendRequest, ChatBadMessagesNameTheField) {
@@ -120,7 +173,10 @@ TEST(FrontendResponse, CompletionShapes) {
   EXPECT_EQ(full["usage"]["prompt_tokens_details"]["cached_tokens"], 6);
   EXPECT_EQ(shape.chunk("ab")["choices"][0]["text"], "ab");
   EXPECT_TRUE(shape.chunk("ab")["choices"][0]["finish_reason"].is_null());
-  EXPECT_EQ(shape.final_chunk("length", usage)["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(shape.final_chunk("length")["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(shape.final_chunk("length").contains("usage"));
+  EXPECT_EQ(shape.usage_chunk(usage)["choices"], nlohmann::json::array());
+  EXPECT_EQ(shape.usage_chunk(usage)["usage"]["total_tokens"], 14);
 }
 
 TEST(FrontendResponse, ChatShapes) {
@@ -132,7 +188,8 @@ TEST(FrontendResponse, ChatShapes) {
   EXPECT_EQ(shape.role_chunk()["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(shape.chunk("ab")["object"], "chat.completion.chunk");
   EXPECT_EQ(shape.chunk("ab")["choices"][0]["delta"]["content"], "ab");
-  EXPECT_EQ(shape.final_chunk("stop", {})["choices"][0]["delta"], nlohmann::json::object());
+  EXPECT_EQ(shape.final_chunk("stop")["choices"][0]["delta"], nlohmann::json::object());
+  EXPECT_EQ(shape.usage_chunk({})["object"], "chat.completion.chunk");
 }
 
 TEST(FrontendResponse, SseEventFraming) {

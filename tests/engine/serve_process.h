@@ -99,8 +99,8 @@ struct SseStream {
     std::string out;
     for (const SseEvent& e : events) {
       const nlohmann::json j = e.json();
-      if (e.event.empty() && j.is_object() && j.contains("choices")) {
-        const nlohmann::json& c = j["choices"][0];
+      if (!e.event.empty() || !j.is_object() || !j.contains("choices")) continue;
+      for (const nlohmann::json& c : j["choices"]) {  // none in the usage chunk
         if (c.contains("text")) out += c["text"].get<std::string>();
         if (c.contains("delta") && c["delta"].contains("content")) {
           out += c["delta"]["content"].get<std::string>();

@@ -153,7 +153,7 @@ struct FrontendServer::Impl {
                 seconds_to_duration(config.engine.request_timeout_s)),
         ClientConnection::find(req.remote_addr, req.remote_port, req.local_port), std::move(*slot));
     if (request->stream) {
-      stream_response(res, exchange, chat);
+      stream_response(res, exchange, chat, request->include_usage);
     } else {
       whole_response(res, *exchange);
     }
@@ -193,47 +193,50 @@ struct FrontendServer::Impl {
     }
   }
 
-  // SSE: one chunk per `out`, then [DONE]; on failure an `error` event and the end (H5).
-  void stream_response(httplib::Response& res, std::shared_ptr<Exchange> exchange, bool chat) {
+  // SSE: one chunk per `out`, the finish_reason's, with `include_usage` a chunk of usage and no
+  // choices, then [DONE]; on failure an `error` event and the end (H5).
+  void stream_response(httplib::Response& res, std::shared_ptr<Exchange> exchange, bool chat,
+                       bool include_usage) {
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [exchange, chat, manager = &manager](
-                                                              size_t, httplib::DataSink& sink) {
-      auto write = [&](const std::string& text) {
-        if (sink.write(text.data(), text.size())) return true;
-        manager->abort(exchange->stream->id());  // the client went away
-        return false;
-      };
-      if (chat && !exchange->opened) {
-        exchange->opened = true;
-        return write(sse_event(exchange->shape.role_chunk()));
-      }
-      std::optional<StreamEvent> event = exchange->next();
-      if (!event) {
-        if (sink.is_writable() && !exchange->client_gone()) return true;  // wait again
-        manager->abort(exchange->stream->id());                           // the client went away
-        return false;
-      }
-      std::optional<std::string> text = text_of(event->tokens);
-      if (!text) {
-        event->kind = StreamEvent::Kind::kError;
-        event->error = "the engine produced a token outside the vocabulary";
-        manager->abort(exchange->stream->id());
-      }
-      if (event->kind == StreamEvent::Kind::kError) {
-        const bool ok = write(sse_event(error_of(*event).body(), "error"));
-        sink.done();
-        return ok;
-      }
-      if (!text->empty() && !write(sse_event(exchange->shape.chunk(*text)))) return false;
-      if (event->kind == StreamEvent::Kind::kDone) {
-        const bool ok =
-            write(sse_event(exchange->shape.final_chunk(event->finish_reason, exchange->usage)) +
-                  kSseDone);
-        sink.done();
-        return ok;
-      }
-      return true;
-    });
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [exchange, chat, include_usage, manager = &manager](size_t, httplib::DataSink& sink) {
+          auto write = [&](const std::string& text) {
+            if (sink.write(text.data(), text.size())) return true;
+            manager->abort(exchange->stream->id());  // the client went away
+            return false;
+          };
+          if (chat && !exchange->opened) {
+            exchange->opened = true;
+            return write(sse_event(exchange->shape.role_chunk()));
+          }
+          std::optional<StreamEvent> event = exchange->next();
+          if (!event) {
+            if (sink.is_writable() && !exchange->client_gone()) return true;  // wait again
+            manager->abort(exchange->stream->id());  // the client went away
+            return false;
+          }
+          std::optional<std::string> text = text_of(event->tokens);
+          if (!text) {
+            event->kind = StreamEvent::Kind::kError;
+            event->error = "the engine produced a token outside the vocabulary";
+            manager->abort(exchange->stream->id());
+          }
+          if (event->kind == StreamEvent::Kind::kError) {
+            const bool ok = write(sse_event(error_of(*event).body(), "error"));
+            sink.done();
+            return ok;
+          }
+          if (!text->empty() && !write(sse_event(exchange->shape.chunk(*text)))) return false;
+          if (event->kind == StreamEvent::Kind::kDone) {
+            std::string end = sse_event(exchange->shape.final_chunk(event->finish_reason));
+            if (include_usage) end += sse_event(exchange->shape.usage_chunk(exchange->usage));
+            const bool ok = write(end + kSseDone);
+            sink.done();
+            return ok;
+          }
+          return true;
+        });
   }
 };
 

@@ -1,6 +1,7 @@
 #include "kvtier/engine/openai_request.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace kvtier {
 namespace {
@@ -9,13 +10,38 @@ std::unexpected<RequestError> invalid(std::string param, std::string message) {
   return std::unexpected(RequestError{400, std::move(message), std::move(param)});
 }
 
-// Validates `messages` (chat): a non-empty array of {role: string, content: string}.
-std::expected<void, RequestError> check_messages(const nlohmann::json& request) {
+// A message's content as text: a string, or an array of text parts ({"type": "text", "text":
+// string}, joined), or null (an assistant message with nothing said).
+std::expected<std::string, RequestError> message_text(const nlohmann::json& content,
+                                                      const std::string& at) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return std::string();
+  if (!content.is_array()) {
+    return invalid(at, "'" + at + "' must be a string or an array of text parts");
+  }
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const std::string part_at = at + "[" + std::to_string(i) + "]";
+    const nlohmann::json& part = content[i];
+    if (!part.is_object() || part.value("type", nlohmann::json()) != "text" ||
+        !part.contains("text") || !part["text"].is_string()) {
+      return invalid(part_at, "'" + part_at +
+                                  "' must be a text part {\"type\": \"text\", \"text\": "
+                                  "string}: this model reads text only");
+    }
+    text += part["text"].get_ref<const std::string&>();
+  }
+  return text;
+}
+
+// The chat prompt of `messages`: a non-empty array of {role: string, content}.
+std::expected<std::string, RequestError> chat_prompt_of(const nlohmann::json& request) {
   if (!request.contains("messages")) return invalid("messages", "'messages' is required");
   const nlohmann::json& messages = request["messages"];
   if (!messages.is_array() || messages.empty()) {
     return invalid("messages", "'messages' must be a non-empty array");
   }
+  std::vector<ChatMessage> rendered;
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string at = "messages[" + std::to_string(i) + "]";
     const nlohmann::json& m = messages[i];
@@ -24,9 +50,33 @@ std::expected<void, RequestError> check_messages(const nlohmann::json& request) 
         m["role"].get_ref<const std::string&>().empty()) {
       return invalid(at + ".role", "'" + at + ".role' must be a non-empty string");
     }
-    if (!m.contains("content") || !m["content"].is_string()) {
-      return invalid(at + ".content", "'" + at + ".content' must be a string");
-    }
+    if (!m.contains("content")) return invalid(at + ".content", "'" + at + ".content' is required");
+    auto text = message_text(m["content"], at + ".content");
+    if (!text) return std::unexpected(text.error());
+    rendered.push_back({m["role"].get<std::string>(), std::move(*text)});
+  }
+  return chat_prompt(rendered);
+}
+
+// A field this engine does not implement is refused unless it asks for the default, so that a
+// client never gets an answer other than the one it asked for (one choice, no stop sequences,
+// no log probabilities, the prompt not echoed).
+std::expected<void, RequestError> check_unsupported(const nlohmann::json& request) {
+  const auto is = [&](const char* field, auto accepts) {
+    return !request.contains(field) || request[field].is_null() || accepts(request[field]);
+  };
+  const auto one = [](const nlohmann::json& v) { return v.is_number_integer() && v == 1; };
+  const auto none = [](const nlohmann::json& v) {
+    return (v.is_boolean() && !v.get<bool>()) || (v.is_number_integer() && v == 0);
+  };
+  const auto empty = [](const nlohmann::json& v) { return v.is_array() && v.empty(); };
+  if (!is("n", one)) return invalid("n", "'n' must be 1: this server returns one choice");
+  if (!is("best_of", one)) return invalid("best_of", "'best_of' must be 1");
+  if (!is("echo", none)) return invalid("echo", "'echo' is not supported");
+  if (!is("logprobs", none)) return invalid("logprobs", "'logprobs' is not supported");
+  if (!is("top_logprobs", none)) return invalid("top_logprobs", "'top_logprobs' is not supported");
+  if (!is("stop", empty)) {
+    return invalid("stop", "'stop' is not supported: the tiny model decodes to max_tokens");
   }
   return {};
 }
@@ -41,11 +91,9 @@ nlohmann::json RequestError::body() const {
             {"code", code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code)}}}};
 }
 
-std::string chat_prompt(const nlohmann::json& messages) {
+std::string chat_prompt(const std::vector<ChatMessage>& messages) {
   std::string prompt;
-  for (const nlohmann::json& m : messages) {
-    prompt += "<|" + m["role"].get<std::string>() + "|>\n" + m["content"].get<std::string>() + "\n";
-  }
+  for (const ChatMessage& m : messages) prompt += "<|" + m.role + "|>\n" + m.content + "\n";
   return prompt + "<|assistant|>\n";
 }
 
@@ -68,8 +116,9 @@ std::expected<CompletionRequest, RequestError> parse_completion_request(
     }
   }
   if (chat) {
-    if (auto ok = check_messages(request); !ok) return std::unexpected(ok.error());
-    parsed.prompt = chat_prompt(request["messages"]);
+    auto prompt = chat_prompt_of(request);
+    if (!prompt) return std::unexpected(prompt.error());
+    parsed.prompt = std::move(*prompt);
   } else {
     if (!request.contains("prompt")) return invalid("prompt", "'prompt' is required");
     if (!request["prompt"].is_string()) return invalid("prompt", "'prompt' must be a string");
@@ -85,24 +134,48 @@ std::expected<CompletionRequest, RequestError> parse_completion_request(
     parsed.max_tokens =
         static_cast<uint32_t>(std::min<uint64_t>(parsed.max_tokens, room - parsed.prompt.size()));
   }
-  if (request.contains("max_tokens") && !request["max_tokens"].is_null()) {
-    const nlohmann::json& max_tokens = request["max_tokens"];
+  if (auto ok = check_unsupported(request); !ok) return std::unexpected(ok.error());
+  // max_completion_tokens: the newer name (chat), the same limit.
+  const auto given = [&](const char* field) {
+    return request.contains(field) && !request[field].is_null();
+  };
+  if (given("max_tokens") && given("max_completion_tokens") &&
+      request["max_tokens"] != request["max_completion_tokens"]) {
+    return invalid("max_completion_tokens",
+                   "'max_tokens' and 'max_completion_tokens' differ: give one of them");
+  }
+  const char* max_field = given("max_tokens") ? "max_tokens" : "max_completion_tokens";
+  if (given(max_field)) {
+    const nlohmann::json& max_tokens = request[max_field];
     if (!max_tokens.is_number_integer()) {
-      return invalid("max_tokens", "'max_tokens' must be an integer");
+      return invalid(max_field, std::string("'") + max_field + "' must be an integer");
     }
     // An integer past INT64_MAX is unsigned in JSON: too large, whatever int64 it would wrap to.
     const bool huge = max_tokens.is_number_unsigned() && max_tokens.get<uint64_t>() > INT64_MAX;
     const int64_t value = huge ? INT64_MAX : max_tokens.get<int64_t>();
     if (value < 1 || value > limits.max_context) {
-      return invalid("max_tokens", "'max_tokens' must be in [1, " +
-                                       std::to_string(limits.max_context) + "], got " +
-                                       max_tokens.dump());
+      return invalid(max_field, std::string("'") + max_field + "' must be in [1, " +
+                                    std::to_string(limits.max_context) + "], got " +
+                                    max_tokens.dump());
     }
     parsed.max_tokens = static_cast<uint32_t>(value);
   }
   if (request.contains("stream") && !request["stream"].is_null()) {
     if (!request["stream"].is_boolean()) return invalid("stream", "'stream' must be a boolean");
     parsed.stream = request["stream"].get<bool>();
+  }
+  if (given("stream_options")) {
+    const nlohmann::json& options = request["stream_options"];
+    if (!options.is_object()) {
+      return invalid("stream_options", "'stream_options' must be an object");
+    }
+    if (options.contains("include_usage") && !options["include_usage"].is_null()) {
+      if (!options["include_usage"].is_boolean()) {
+        return invalid("stream_options.include_usage",
+                       "'stream_options.include_usage' must be a boolean");
+      }
+      parsed.include_usage = options["include_usage"].get<bool>();
+    }
   }
   if (request.contains("temperature") && !request["temperature"].is_null() &&
       !request["temperature"].is_number()) {

@@ -51,10 +51,15 @@ nlohmann::json ResponseShape::chunk(const std::string& text) const {
   return r;
 }
 
-nlohmann::json ResponseShape::final_chunk(const std::string& finish_reason,
-                                          const CompletionUsage& usage) const {
+nlohmann::json ResponseShape::final_chunk(const std::string& finish_reason) const {
   nlohmann::json r = envelope(chat_ ? "chat.completion.chunk" : "text_completion");
   r["choices"] = nlohmann::json::array({choice("", finish_reason, true)});
+  return r;
+}
+
+nlohmann::json ResponseShape::usage_chunk(const CompletionUsage& usage) const {
+  nlohmann::json r = envelope(chat_ ? "chat.completion.chunk" : "text_completion");
+  r["choices"] = nlohmann::json::array();
   r["usage"] = usage.to_json();
   return r;
 }

@@ -4,14 +4,18 @@
 // Accepted fields (others are ignored, as OpenAI clients send many):
 //   model        string, optional; when present it must name the served model (404 otherwise)
 //   prompt       string (completions), the whole prompt; byte-level tokens
-//   messages     non-empty array of {"role": string, "content": string} (chat), rendered by
-//                chat_prompt()
+//   messages     non-empty array of {"role": string, "content"} (chat), rendered by
+//                chat_prompt(); content is a string, an array of text parts ({"type": "text",
+//                "text": string}, joined) or null
 //   max_tokens   integer in [1, model.max_context], default engine.max_tokens (cut to what fits);
 //                the prompt plus max_tokens must fit in model.max_context and in the device
 //                memory of one engine core (RequestLimits::max_request_tokens), or the request
-//                could never run
+//                could never run. max_completion_tokens is the same field (both given: equal)
 //   stream       bool, default false
+//   stream_options  {"include_usage": bool}: a last chunk carrying usage (OpenAI's)
 //   temperature  number, optional, ignored: decoding is greedy
+// Fields asking for what this engine does not do are refused unless they ask for the default:
+// n and best_of other than 1, echo, logprobs and top_logprobs, a non-empty stop.
 // Every rejection names the offending field in RequestError::param.
 #pragma once
 
@@ -20,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvtier {
 
@@ -28,6 +33,12 @@ struct CompletionRequest {
   std::string prompt;  // chat: after the template
   uint32_t max_tokens = 0;
   bool stream = false;
+  bool include_usage = false;  // stream: a last chunk with usage and no choices
+};
+
+struct ChatMessage {
+  std::string role;
+  std::string content;  // the text parts joined
 };
 
 struct RequestLimits {
@@ -53,6 +64,6 @@ std::expected<CompletionRequest, RequestError> parse_completion_request(
 
 // The chat template: each message as "<|role|>\n" + content + "\n", then "<|assistant|>\n" to
 // open the answer. E.g. [{"role":"user","content":"hi"}] → "<|user|>\nhi\n<|assistant|>\n".
-std::string chat_prompt(const nlohmann::json& messages);
+std::string chat_prompt(const std::vector<ChatMessage>& messages);
 
 }  // namespace kvtier

@@ -27,9 +27,12 @@ class ResponseShape {
                       const CompletionUsage& usage) const;
   // Chat streams open with a chunk whose delta is {"role":"assistant"}.
   nlohmann::json role_chunk() const;
-  // A chunk of new text; the last one carries finish_reason (and usage), with empty text.
+  // A chunk of new text; the last one carries finish_reason, with empty text.
   nlohmann::json chunk(const std::string& text) const;
-  nlohmann::json final_chunk(const std::string& finish_reason, const CompletionUsage& usage) const;
+  nlohmann::json final_chunk(const std::string& finish_reason) const;
+  // After the last, when the request set stream_options.include_usage (as OpenAI's): the usage,
+  // with no choices.
+  nlohmann::json usage_chunk(const CompletionUsage& usage) const;
 
  private:
   nlohmann::json envelope(const char* object) const;
