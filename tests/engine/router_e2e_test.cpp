@@ -5,8 +5,10 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <csignal>
 #include <filesystem>
+#include <thread>
 
 #include "engine/serve_rig.h"
 #include "support/temp_dir.h"
@@ -198,6 +200,125 @@ TEST(RouterE2E, RequestsAreServedWhenABackendsEventStreamIsDown) {
 
 // H3 on the backend (a stalled engine core: 503) takes it out of the router's rotation; a
 // backend whose /health answers 200 again (here: started again on the same port) is back in.
+// A scripted backend for what a real `kvtier serve` does only in a narrow window: a real HTTP
+// server in this process, answering /kvtier/routing with `routing` (a real backend's, without
+// KV events) and /health and completions as the test sets them.
+class StubBackend {
+ public:
+  explicit StubBackend(nlohmann::json routing) {
+    routing["publishers"] = nlohmann::json::array();
+    http_.Get("/kvtier/routing", [routing](const httplib::Request&, httplib::Response& res) {
+      res.set_content(routing.dump(), "application/json");
+    });
+  }
+  ~StubBackend() {
+    http_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  httplib::Server& http() { return http_; }
+  std::string start() {
+    const int port = http_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { http_.listen_after_bind(); });
+    return "http://127.0.0.1:" + std::to_string(port);
+  }
+
+ private:
+  httplib::Server http_;
+  std::thread thread_;
+};
+
+// H3: a backend whose engine refuses a request (503 engine_unavailable, as `kvtier serve`
+// answers once its engine failed or while it stops, before /health says so) computed nothing:
+// the request goes to the next backend, and the refusing one leaves the rotation until its
+// /health says otherwise.
+TEST(RouterE2E, H3_ARequestABackendsEngineRefusedGoesToTheNextBackend) {
+  EventDir dir;
+  auto b = start_ready(backend_sets(dir, 1));
+  ASSERT_TRUE(b);
+  StubBackend refusing(nlohmann::json::parse(b->get("/kvtier/routing").body));
+  std::atomic<int> refused{0};
+  refusing.http().Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  refusing.http().Post("/v1/completions", [&](const httplib::Request&, httplib::Response& res) {
+    ++refused;
+    res.status = 503;
+    res.set_content(R"({"error":{"message":"engine core 0 failed","type":"engine_error",)"
+                    R"("param":null,"code":"engine_unavailable"}})",
+                    "application/json");
+  });
+  const std::string a_url = refusing.start();
+  auto router = start_router({a_url, url_of(*b)}, "load");
+  ASSERT_TRUE(router);
+  ASSERT_TRUE(wait_until(
+      [&] { return in_rotation(*router, a_url) && in_rotation(*router, url_of(*b)); }, 10000ms));
+  for (int i = 0; i < 4; ++i) {
+    // Both idle: load alone picks the first, the refusing one, whenever it is back in rotation.
+    const Routed r =
+        post_routed(*router, {{"prompt", "refused " + std::to_string(i)}, {"max_tokens", 4}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.backend, url_of(*b));
+  }
+  EXPECT_GE(refused.load(), 1) << "the refusing backend was never tried";
+  EXPECT_GE(backend_metric(*router, "kvtier_router_request_failures_total", a_url), 1);
+}
+
+// A backend whose /health answer never ends (a body trickling in) costs its own check a bounded
+// time: the others' checks go on, so a backend that dies still leaves the rotation.
+TEST(RouterE2E, H3_ABackendTricklingAnEndlessHealthAnswerHoldsUpNoOtherCheck) {
+  EventDir dir;
+  auto a = start_ready(backend_sets(dir, 0));
+  auto b = start_ready(backend_sets(dir, 1));
+  ASSERT_TRUE(a && b);
+  StubBackend trickling(nlohmann::json::parse(b->get("/kvtier/routing").body));
+  trickling.http().Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("application/json", [](size_t, httplib::DataSink& sink) {
+      std::this_thread::sleep_for(100ms);  // a slow backend, not a race
+      return sink.write(" ", 1);
+    });
+  });
+  const std::string t_url = trickling.start();
+  auto router = start_router({t_url, url_of(*a), url_of(*b)}, "load");
+  ASSERT_TRUE(router);
+  ASSERT_TRUE(wait_until(
+      [&] { return in_rotation(*router, url_of(*a)) && in_rotation(*router, url_of(*b)); },
+      10000ms));
+  EXPECT_FALSE(in_rotation(*router, t_url));
+  const std::string a_url = url_of(*a);
+  a.reset();
+  EXPECT_TRUE(wait_until([&] { return !in_rotation(*router, a_url); }, 10000ms))
+      << "A left the rotation";
+  EXPECT_EQ(post_routed(*router, {{"prompt", "to B"}, {"max_tokens", 4}}).backend, url_of(*b));
+}
+
+// A backend that comes back into rotation (here a new process on the same port and event
+// endpoints) is indexed afresh: nothing its old process held is routed to it.
+TEST(RouterE2E, ABackendBackInRotationIsIndexedAfresh) {
+  EventDir dir;
+  auto a = start_ready(backend_sets(dir, 0));
+  auto b = start_ready(backend_sets(dir, 1));
+  ASSERT_TRUE(a && b);
+  const std::string a_url = url_of(*a);
+  const int a_port = a->port();
+  auto router = start_router({a_url, url_of(*b)});
+  ASSERT_TRUE(router);
+  ASSERT_TRUE(wait_until([&] { return in_rotation(*router, a_url); }, 10000ms));
+  ASSERT_EQ(a->post("/v1/completions",
+                    {{"prompt", seeded_document(640, 3) + "\nQ1"}, {"max_tokens", 4}}, 60000ms)
+                .status,
+            200);
+  ASSERT_TRUE(indexed_on_device(*router, a_url, 640 / 16));
+  a.reset();
+  ASSERT_TRUE(wait_until([&] { return !in_rotation(*router, a_url); }, 10000ms));
+  auto a2 = start_ready(backend_sets(dir, 0, {"engine.port=" + std::to_string(a_port)}));
+  ASSERT_TRUE(a2);
+  ASSERT_TRUE(wait_until([&] { return in_rotation(*router, a_url); }, 10000ms));
+  EXPECT_TRUE(wait_until(
+      [&] { return backend_metric(*router, "kvtier_router_indexed_blocks", a_url) == 0; }, 5000ms))
+      << "still indexed: " << backend_metric(*router, "kvtier_router_indexed_blocks", a_url)
+      << " blocks";
+}
+
 TEST(RouterE2E, H3_ABackendAnswering503LeavesTheRotationAndReturnsAt200) {
   EventDir dir;
   auto a = start_ready(backend_sets(dir, 0));

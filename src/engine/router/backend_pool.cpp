@@ -81,15 +81,29 @@ struct BackendPool::Impl {
   std::condition_variable wake;
   bool stop = false;
 
-  // GET `path` on `backend` within health_timeout: (status, body); status 0 for no answer.
+  // GET `path` on `backend`: (status, body); status 0 for no answer. The whole exchange ends
+  // within twice health_timeout and reads at most kMaxAnswerBytes: a backend trickling an
+  // endless body must not hold up the health of every other backend (their checks wait for
+  // this one's) or the pool's shutdown.
   std::pair<int, std::string> get(const BackendAddress& backend, const std::string& path) const {
+    constexpr size_t kMaxAnswerBytes = size_t{1} << 20;
     httplib::Client client(backend.host, backend.port);
     client.set_connection_timeout(options.health_timeout);
     client.set_read_timeout(options.health_timeout);
     client.set_write_timeout(options.health_timeout);
-    const httplib::Result result = client.Get(path);
+    const auto deadline = std::chrono::steady_clock::now() + 2 * options.health_timeout;
+    std::string body;
+    const char* cut = nullptr;
+    const httplib::Result result = client.Get(path, [&](const char* data, size_t size) {
+      if (body.size() + size > kMaxAnswerBytes) cut = "an answer of more than 1 MiB";
+      if (std::chrono::steady_clock::now() > deadline) cut = "an answer still coming";
+      if (cut != nullptr) return false;
+      body.append(data, size);
+      return true;
+    });
+    if (cut != nullptr) return {0, cut};
     if (!result) return {0, httplib::to_string(result.error())};
-    return {result->status, result->body};
+    return {result->status, body};
   }
 
   // One health check of backend n, whose /health answered (status, body); reads its RoutingInfo
@@ -123,15 +137,12 @@ struct BackendPool::Impl {
                   {{"backend", b.address.url}});
     }
     if (!info) return;
-    std::vector<RoutingInfo::Publisher> before;
-    {
-      std::lock_guard lock(mutex);
-      if (b.info) before = b.info->publishers;
-    }
-    // Subscribe again only when the publishers changed (a restarted backend keeps its
-    // subscriptions: the subscriber notices the restart by the sequence numbers).
-    const bool resubscribe =
-        options.policy == "cache" && (b.subscribers.empty() || before != info->publishers);
+    // A backend coming (back) into rotation is subscribed to afresh and its index starts empty:
+    // it may be a new process on the same endpoints, whose cache holds nothing of the old one's
+    // (a subscriber kept would learn of the restart only from the new process's first batch,
+    // which an idle backend never sends). A fresh subscriber replays the current process's
+    // history or snapshot.
+    const bool resubscribe = options.policy == "cache";
     if (resubscribe) {
       b.subscribers.clear();
       for (const RoutingInfo::Publisher& p : info->publishers) {
@@ -141,7 +152,7 @@ struct BackendPool::Impl {
               .replay_endpoint = p.replay_endpoint.empty()
                                      ? ""
                                      : reachable_endpoint(p.replay_endpoint, b.address.host)}));
-        } catch (const std::runtime_error& e) {
+        } catch (const std::exception& e) {  // zmq::error_t is no runtime_error (EMFILE)
           // A hint only: this core's share of the backend is routed to by load.
           log_warning("routing without a core's KV events",
                       {{"backend", b.address.url}, {"error", e.what()}});

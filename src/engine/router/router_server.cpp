@@ -37,6 +37,7 @@ struct Relay {
   std::condition_variable changed;
   int status = 0;  // 0 until the backend's headers arrived
   std::string content_type;
+  std::string retry_after;  // the backend's Retry-After (a 429's), passed on
   std::deque<std::string> pieces;
   bool ended = false;
   std::string error;  // why the backend request failed, when it did
@@ -66,6 +67,7 @@ struct Relay {
         std::lock_guard lock(mutex);
         status = res.status;
         content_type = res.get_header_value("Content-Type");
+        retry_after = res.get_header_value("Retry-After");
         changed.notify_all();
         return !cancel.load();
       };
@@ -187,6 +189,21 @@ struct RouterServer::Impl {
                    .body());
   }
 
+  // The message of a backend's 503 `engine_unavailable` (its engine refused the request before
+  // computing anything), else nullopt.
+  static std::optional<std::string> engine_unavailable(int status, const std::string& body) {
+    if (status != 503) return std::nullopt;
+    const auto json = nlohmann::json::parse(body, nullptr, false);
+    if (!json.is_object() || !json.contains("error") || !json["error"].is_object()) {
+      return std::nullopt;
+    }
+    const nlohmann::json& error = json["error"];
+    if (error.value("code", nlohmann::json()) != "engine_unavailable") return std::nullopt;
+    return error.contains("message") && error["message"].is_string()
+               ? error["message"].get<std::string>()
+               : std::string("engine unavailable");
+  }
+
   void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
     std::optional<HttpEndpoint::RequestSlot> slot = endpoint.admit();
     if (!slot) {
@@ -237,7 +254,6 @@ struct RouterServer::Impl {
         tried.push_back(pick->backend);
         continue;
       }
-      res.set_header("X-Kvtier-Backend", backend.url);
       const bool streams =
           relay->status == 200 && relay->content_type.starts_with("text/event-stream");
       if (!streams) {
@@ -245,8 +261,23 @@ struct RouterServer::Impl {
         relay->wait(lock, connection, [&] { return relay->ended; });
         lock.unlock();
         relay->join();
+        std::string body;
+        for (const std::string& piece : relay->pieces) body += piece;
         const bool failed = !relay->error.empty();
+        if (!failed && !relay->cancel) {
+          if (auto why = engine_unavailable(relay->status, body)) {
+            // The backend's engine refused the request before computing anything (it failed,
+            // or is stopping): out of rotation until its /health says otherwise, and the next
+            // backend gets the request.
+            last_error = backend.url + ": " + *why;
+            pool.done(*pick, true);
+            pool.unreachable(pick->backend, "its engine is unavailable (" + *why + ")");
+            tried.push_back(pick->backend);
+            continue;
+          }
+        }
         pool.done(*pick, failed);
+        res.set_header("X-Kvtier-Backend", backend.url);
         if (relay->cancel) {
           // Nobody reads this answer (a client that only half-closed might): an error, never
           // the backend's status without its body.
@@ -261,13 +292,13 @@ struct RouterServer::Impl {
                          .body());
           return;
         }
-        std::string body;
-        for (const std::string& piece : relay->pieces) body += piece;
         res.status = relay->status;
+        if (!relay->retry_after.empty()) res.set_header("Retry-After", relay->retry_after);
         res.set_content(body, relay->content_type);
         return;
       }
       lock.unlock();
+      res.set_header("X-Kvtier-Backend", backend.url);
       stream_response(res, relay, *pick, backend.url, connection,
                       std::make_shared<HttpEndpoint::RequestSlot>(std::move(*slot)));
       return;
