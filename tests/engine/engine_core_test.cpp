@@ -1,7 +1,10 @@
 // The engine core and its workers as real processes, with the test as the frontend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <csignal>
+#include <thread>
 
 #include "engine/core_process_harness.h"
 #include "engine/engine_runs.h"
@@ -21,6 +24,31 @@ TEST(EngineCore, ServesARequestOnOneAndTwoRanks) {
     EXPECT_EQ(c.tokens.size(), 8u);
     if (first.empty()) first = c.tokens;
     EXPECT_EQ(c.tokens, first) << "the same output on every world size";
+  }
+}
+
+// The core's messages to its frontend are never dropped: while the frontend reads nothing, the
+// core sends far more than ZeroMQ's default high-water marks hold (1,000 messages a side), and
+// every request still gets every token and its end.
+TEST(EngineCore, MessagesToAFrontendThatFallsBehindAreNeverDropped) {
+  CoreProcessHarness h(small_engine(1));
+  ASSERT_TRUE(h.wait_ready()) << h.failed().value_or("no hello");
+  constexpr size_t kRequests = 16;
+  constexpr size_t kTokens = 200;  // an `out` per request per step: 3,200 messages
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < kRequests; ++i)
+    ids.push_back(h.add(text(8, static_cast<char>(i)), kTokens));
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // the frontend falls behind
+  ASSERT_TRUE(h.wait_until(
+      [&] {
+        return std::ranges::all_of(ids,
+                                   [&](const std::string& id) { return h.completions()[id].done; });
+      },
+      std::chrono::seconds(60)))
+      << h.failed().value_or("requests never ended");
+  for (const std::string& id : ids) {
+    EXPECT_EQ(h.completions()[id].error, "") << id;
+    EXPECT_EQ(h.completions()[id].tokens.size(), kTokens) << id;
   }
 }
 

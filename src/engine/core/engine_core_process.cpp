@@ -42,6 +42,8 @@ class EngineCore {
         stall_timeout_(std::chrono::duration_cast<Clock::duration>(
             std::chrono::duration<double>(config.engine.stall_timeout_s))),
         watchdog_(seconds_to_duration(config.engine.progress_timeout_s)) {
+    lossless_queues(frontend_);
+    lossless_queues(workers_socket_);
     frontend_.set(zmq::sockopt::linger, 1000);
     frontend_.set(zmq::sockopt::routing_id, "core-" + std::to_string(core));
     frontend_.connect(frontend_endpoint(run_dir));

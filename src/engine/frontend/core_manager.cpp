@@ -335,6 +335,7 @@ Result<std::unique_ptr<CoreManager>> CoreManager::start(CoreManagerOptions optio
   const std::string endpoint = "ipc://" + (impl->options.run_dir / "frontend.ipc").string();
   try {
     impl->socket.set(zmq::sockopt::linger, 0);
+    lossless_queues(impl->socket);
     impl->socket.bind(endpoint);
   } catch (const zmq::error_t& e) {
     return make_error(ErrorCode::kUnavailable, "cannot bind " + endpoint + ": " + e.what());

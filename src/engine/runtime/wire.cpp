@@ -25,6 +25,11 @@ Result<nlohmann::json> decode_message(std::span<const uint8_t> frame) {
   return body;
 }
 
+void lossless_queues(zmq::socket_t& socket) {
+  socket.set(zmq::sockopt::sndhwm, 0);
+  socket.set(zmq::sockopt::rcvhwm, 0);
+}
+
 void send_message(zmq::socket_t& socket, const nlohmann::json& body) {
   (void)socket.send(encode(body), zmq::send_flags::dontwait);
 }

@@ -61,6 +61,7 @@ class Worker {
                                           shape_.world_size, std::chrono::seconds(60));
     }
     socket_.set(zmq::sockopt::linger, 0);
+    lossless_queues(socket_);
     socket_.set(zmq::sockopt::routing_id, "w" + std::to_string(rank));
     socket_.connect(core_endpoint(run_dir, core));
   }

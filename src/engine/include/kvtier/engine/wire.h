@@ -26,6 +26,13 @@ std::vector<uint8_t> encode_message(const nlohmann::json& body);
 // kInvalidArgument; no input throws, crashes or is partly accepted.
 Result<nlohmann::json> decode_message(std::span<const uint8_t> frame);
 
+// Makes the queues of one of the engine's own sockets (frontend, engine core, workers)
+// unbounded, before it binds or connects. Every message there carries state (a request, its
+// tokens, a step's verdicts): one dropped at ZeroMQ's high-water mark (1,000 messages by default,
+// reached by a reader a few busy steps behind) would be lost silently, a response missing tokens
+// or a request never ended. The queues are bounded by the work in flight.
+void lossless_queues(zmq::socket_t& socket);
+
 // DEALER side: sends `body`. Never blocks for long: a peer that is gone drops the message.
 void send_message(zmq::socket_t& socket, const nlohmann::json& body);
 // ROUTER side: sends `body` to `peer`; an unknown peer drops it.
