@@ -106,25 +106,32 @@ std::vector<ChunkKey> CacheManager::choose_victims_for(OwnerId owner, size_t n,
     const size_t held = slots_owned(o);
     return held > guaranteed ? held - guaranteed : 0;
   };
-  // The policy is asked for victims among the chunks of owners with a spare; when its choice
-  // takes more of one owner than that owner can spare, the surplus is held back and it is asked
-  // again (each round holds back at least one more chunk, so this ends).
-  std::unordered_set<ChunkKey, ChunkKeyHash> held_back;
+  // The policy is asked for victims among the chunks of owners with a spare. When its choice
+  // takes more of one owner than that owner can spare, the owner is capped: from then on only
+  // the first of its chunks chosen, as many as it can spare, are candidates, and the policy is
+  // asked again. Each round caps at least one more owner, so there are at most as many rounds
+  // as owners, plus one. (Holding back one chunk a round instead took a round per chunk of an
+  // owner with little to spare, each a scan from the policy's end: quadratic, with the cache's
+  // lock held.)
+  std::unordered_map<OwnerId, std::unordered_set<ChunkKey, ChunkKeyHash>> capped;
   for (;;) {
     std::vector<ChunkKey> victims = policy_->choose_victims(n, [&](const ChunkKey& k) {
       auto it = index_.find(k);
-      return it != index_.end() && it->second.state == KeyState::kReady && it->second.pins == 0 &&
-             !it->second.quarantined && !keep(k) && !held_back.contains(k) &&
-             spare(it->second.owner) > 0;
-    });
-    std::unordered_map<OwnerId, size_t> taken;
-    bool surplus = false;
-    for (const ChunkKey& k : victims) {
-      const OwnerId o = index_.at(k).owner;
-      if (++taken[o] > spare(o)) {
-        held_back.insert(k);
-        surplus = true;
+      if (it == index_.end() || it->second.state != KeyState::kReady || it->second.pins != 0 ||
+          it->second.quarantined || keep(k) || spare(it->second.owner) == 0) {
+        return false;
       }
+      auto cap = capped.find(it->second.owner);
+      return cap == capped.end() || cap->second.contains(k);
+    });
+    std::unordered_map<OwnerId, std::vector<ChunkKey>> chosen;
+    for (const ChunkKey& k : victims) chosen[index_.at(k).owner].push_back(k);
+    bool surplus = false;
+    for (const auto& [o, keys] : chosen) {
+      const size_t allowed = spare(o);
+      if (keys.size() <= allowed) continue;
+      capped[o] = {keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(allowed)};
+      surplus = true;
     }
     if (!surplus) return victims;
   }

@@ -4,6 +4,7 @@
 
 #include "cache_test_util.h"
 #include "kvtier/cache/cache_manager.h"
+#include "kvtier/cache/eviction_policy.h"
 
 namespace kvtier {
 namespace {
@@ -20,6 +21,58 @@ void store_for(CacheManager& m, OwnerId owner, const std::vector<ChunkKey>& ks) 
   auto plan = m.prepare_store_for(owner, ks);
   ASSERT_TRUE(plan.has_value());
   m.complete_store(plan->keys, Verdict::kSucceeded);
+}
+
+// A policy that counts how often a choice of victims asks whether a key is evictable.
+class CountingPolicy : public EvictionPolicy {
+ public:
+  explicit CountingPolicy(std::unique_ptr<EvictionPolicy> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return inner_->name(); }
+  void insert(const ChunkKey& k) override { inner_->insert(k); }
+  void touch(const ChunkKey& k) override { inner_->touch(k); }
+  void remove(const ChunkKey& k) override { inner_->remove(k); }
+  std::vector<ChunkKey> choose_victims(size_t n,
+                                       const EvictablePredicate& evictable) const override {
+    return inner_->choose_victims(n, [&](const ChunkKey& k) {
+      ++asked;
+      return evictable(k);
+    });
+  }
+  void evict(const ChunkKey& k) override { inner_->evict(k); }
+  bool contains(const ChunkKey& k) const override { return inner_->contains(k); }
+  size_t size() const override { return inner_->size(); }
+
+  mutable size_t asked = 0;
+
+ private:
+  std::unique_ptr<EvictionPolicy> inner_;
+};
+
+// Victims past an owner with one chunk to spare, all of whose chunks are the least recently
+// used: the choice takes a few rounds, each a scan of the cache, not a round for each chunk of
+// that owner (which, with the cache's lock held, stalled kvtierd for minutes at 10^5 chunks).
+TEST(OwnerQuota, ChoosingVictimsPastAnOwnerWithLittleToSpareTakesFewRounds) {
+  constexpr size_t kSlots = 2000;
+  for (const char* name : {"lru", "arc"}) {
+    SCOPED_TRACE(name);
+    auto inner = make_eviction_policy(name, kSlots);
+    ASSERT_TRUE(inner);
+    auto counting = std::make_unique<CountingPolicy>(std::move(*inner));
+    const CountingPolicy& policy = *counting;
+    CacheManager m(kSlots, cache_test::kSlotBytes, std::move(counting));
+    m.set_quota(kBob, OwnerQuota{.guaranteed_slots = kSlots - 2});
+    std::vector<ChunkKey> bobs;
+    for (uint64_t i = 0; i < kSlots - 1; ++i) bobs.push_back(key(i));
+    store_for(m, kBob, bobs);  // one more than Bob's guaranteed share
+    store_for(m, kAlice, keys({100000}));
+    policy.asked = 0;
+    auto plan = m.prepare_store_for(kAlice, keys({100001, 100002}));
+    ASSERT_TRUE(plan.has_value());
+    EXPECT_EQ(plan->evicted, keys({0, 100000})) << "Bob's one to spare, then Alice's own";
+    EXPECT_LE(policy.asked, 4 * kSlots);
+    EXPECT_EQ(m.slots_owned(kBob), kSlots - 2);
+    expect_conserved(m);
+  }
 }
 
 TEST(OwnerQuota, KeysAreChargedToTheStoringOwnerUntilTheyLeave) {
