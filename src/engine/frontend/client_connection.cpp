@@ -98,4 +98,13 @@ bool ClientConnection::closed() const {
   return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
+void ClientConnection::drop_received() const {
+  char buffer[16384];
+  for (size_t dropped = 0; dropped < (size_t{1} << 20);) {
+    const ssize_t n = recv(fd_, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n <= 0) break;
+    dropped += static_cast<size_t>(n);
+  }
+}
+
 }  // namespace kvtier

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kvtier/engine/client_connection.h"
 #include "kvtier/engine/http_json.h"
 
 namespace kvtier {
@@ -26,6 +27,27 @@ HttpEndpoint::HttpEndpoint(httplib::Server& http, size_t max_requests)
     listen_fd_ = sock;
   });
   http_.set_payload_max_length(size_t{64} << 20);
+  // cpp-httplib reads a request's body whole before its handler runs, and bounds it only by
+  // its Content-Length: a chunked body, or a POST's without a length (read until the connection
+  // ends), would grow without bound. Such a request is answered 411 before its body is read,
+  // and what arrived of the body is dropped.
+  http_.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    const bool has_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
+    if (!req.has_header("Transfer-Encoding") && (!has_body || req.has_header("Content-Length"))) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (auto connection =
+            ClientConnection::find(req.remote_addr, req.remote_port, req.local_port)) {
+      connection->drop_received();
+    }
+    reply_json(res, 411,
+               RequestError{411,
+                            "a request body must come with a Content-Length (a chunked body, "
+                            "or one read until the connection ends, is not accepted)",
+                            ""}
+                   .body());
+    return httplib::Server::HandlerResponse::Handled;
+  });
   http_.set_read_timeout(std::chrono::seconds(30));
   http_.set_write_timeout(std::chrono::seconds(30));
   // Idle keep-alive connections hold a pool thread; stop() waits for them this long at most.

@@ -40,10 +40,31 @@ void set_json_error_handlers(httplib::Server& http, const std::string& type) {
                    {"request", req.method + " " + req.path}});
         reply_json(res, 500, typed_error(type, 500, what, "internal_error").body());
       });
+  // An answer cpp-httplib made itself, with no body: a route not found, or a request it could
+  // not read.
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    RequestError error{res.status, "no route " + req.method + " " + req.path, ""};
-    reply_json(res, res.status, error.body());
+    std::string message;
+    switch (res.status) {
+      case 404:
+      case 405:
+        message = "no route " + req.method + " " + req.path;
+        break;
+      case 413:
+        message =
+            "the request body is larger than 64 MiB (or is a form larger than 8 KiB: send "
+            "JSON with Content-Type: application/json)";
+        break;
+      case 414:
+        message = "the request URI is too long";
+        break;
+      case 400:
+        message = "malformed HTTP request";
+        break;
+      default:
+        message = "HTTP " + std::to_string(res.status);
+    }
+    reply_json(res, res.status, RequestError{res.status, message, ""}.body());
   });
 }
 

@@ -19,6 +19,10 @@ class ClientConnection {
   // The client closed its side (or the connection broke). A client that only half-closes
   // after its request counts as gone: HTTP clients keep the connection open for the answer.
   bool closed() const;
+  // Reads and drops what the client has sent and nobody read yet (at most 1 MiB), e.g. a body
+  // that is refused unread: cpp-httplib would take it for the next request, and a socket closed
+  // with unread bytes resets the connection, which can lose the answer on its way.
+  void drop_received() const;
 
  private:
   explicit ClientConnection(int fd) : fd_(fd) {}
