@@ -291,6 +291,38 @@ TEST(RouterE2E, H3_ABackendTricklingAnEndlessHealthAnswerHoldsUpNoOtherCheck) {
   EXPECT_EQ(post_routed(*router, {{"prompt", "to B"}, {"max_tokens", 4}}).backend, url_of(*b));
 }
 
+// H5 through the router: a backend that fails in the middle of an SSE event (its connection
+// breaks after part of a `data:` line) still gives the client an `error` event of its own, not
+// one glued to the broken event.
+TEST(RouterE2E, H5_ABackendFailingInsideAnEventGivesTheClientAnErrorEventOfItsOwn) {
+  EventDir dir;
+  auto b = start_ready(backend_sets(dir, 1));
+  ASSERT_TRUE(b);
+  StubBackend breaking(nlohmann::json::parse(b->get("/kvtier/routing").body));
+  breaking.http().Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  breaking.http().Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
+      const std::string part = R"(data: {"choices":[{"text":"ab)";
+      sink.write(part.data(), part.size());
+      return false;  // the connection breaks
+    });
+  });
+  const std::string url = breaking.start();
+  auto router = start_router({url});
+  ASSERT_TRUE(router);
+  ASSERT_TRUE(wait_until([&] { return in_rotation(*router, url); }, 10000ms));
+  const SseStream stream = router->stream(
+      "/v1/completions", {{"prompt", "break"}, {"max_tokens", 4}, {"stream", true}}, 10000ms);
+  EXPECT_EQ(stream.status, 200);
+  EXPECT_TRUE(stream.error) << stream.raw;
+  EXPECT_FALSE(stream.done) << stream.raw;
+  ASSERT_FALSE(stream.events.empty()) << stream.raw;
+  EXPECT_EQ(stream.events.back().event, "error") << stream.raw;
+  EXPECT_EQ(stream.events.back().json()["error"]["code"], "backend_failed") << stream.raw;
+}
+
 // A backend that comes back into rotation (here a new process on the same port and event
 // endpoints) is indexed afresh: nothing its old process held is routed to it.
 TEST(RouterE2E, ABackendBackInRotationIsIndexedAfresh) {

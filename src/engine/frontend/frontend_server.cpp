@@ -73,6 +73,10 @@ struct Exchange {
 };
 
 // The error answer of a request that ended with `event` (kError).
+RequestError out_of_vocabulary() {
+  return engine_error(500, "the engine produced a token outside the vocabulary", "internal_error");
+}
+
 RequestError error_of(const StreamEvent& event) {
   if (event.http_status == 400) return RequestError{400, event.error, ""};
   if (event.http_status == 504) return engine_error(504, event.error, "request_timeout");
@@ -182,10 +186,7 @@ struct FrontendServer::Impl {
       if (event->kind != StreamEvent::Kind::kDone) continue;
       const std::optional<std::string> text = text_of(tokens);
       if (!text) {
-        reply_json(res, 500,
-                   engine_error(500, "the engine produced a token outside the vocabulary",
-                                "internal_error")
-                       .body());
+        reply_json(res, 500, out_of_vocabulary().body());
         return;
       }
       reply_json(res, 200, exchange.shape.full(*text, event->finish_reason, exchange.usage));
@@ -217,10 +218,11 @@ struct FrontendServer::Impl {
             return false;
           }
           std::optional<std::string> text = text_of(event->tokens);
-          if (!text) {
-            event->kind = StreamEvent::Kind::kError;
-            event->error = "the engine produced a token outside the vocabulary";
+          if (!text) {  // as a whole answer says it: 500
             manager->abort(exchange->stream->id());
+            const bool ok = write(sse_event(out_of_vocabulary().body(), "error"));
+            sink.done();
+            return ok;
           }
           if (event->kind == StreamEvent::Kind::kError) {
             const bool ok = write(sse_event(error_of(*event).body(), "error"));

@@ -39,6 +39,7 @@ struct Relay {
   std::string content_type;
   std::string retry_after;  // the backend's Retry-After (a 429's), passed on
   std::deque<std::string> pieces;
+  std::string passed_tail;  // the last two bytes passed on to the client (a stream's)
   bool ended = false;
   std::string error;  // why the backend request failed, when it did
   bool connected = true;
@@ -326,6 +327,10 @@ struct RouterServer::Impl {
               relay->stop();  // the client went away
               return false;
             }
+            relay->passed_tail += piece.size() > 2 ? piece.substr(piece.size() - 2) : piece;
+            if (relay->passed_tail.size() > 2) {
+              relay->passed_tail.erase(0, relay->passed_tail.size() - 2);
+            }
           }
           if (!relay->ended) {
             // cpp-httplib 0.11's is_writable() does not see a peer that closed: the socket does.
@@ -335,11 +340,19 @@ struct RouterServer::Impl {
             return false;
           }
           if (!relay->error.empty()) {
-            const std::string text = sse_event(
-                router_error(502, "backend " + url + " failed mid-stream: " + relay->error,
-                             "backend_failed")
-                    .body(),
-                "error");
+            // The backend may have failed inside an event: that event is ended first, so that
+            // the error event is read as one of its own.
+            const std::string& tail = relay->passed_tail;
+            const std::string end_event = tail.empty() || tail == "\n\n" ? ""
+                                          : tail.ends_with('\n')         ? "\n"
+                                                                         : "\n\n";
+            const std::string text =
+                end_event +
+                sse_event(
+                    router_error(502, "backend " + url + " failed mid-stream: " + relay->error,
+                                 "backend_failed")
+                        .body(),
+                    "error");
             (void)sink.write(text.data(), text.size());
           }
           sink.done();
