@@ -116,7 +116,10 @@ void SchedulerConnector::retire(Job& job, StepOutcome& out) {
     }
     for (size_t g = 0; g < job.blocks.size(); ++g) {
       for (uint32_t b : job.blocks[g]) {
-        if (store_reading_[g][b] == job.id) store_reading_[g][b] = 0;
+        auto reading = store_reading_[g].find(b);
+        if (reading != store_reading_[g].end() && reading->second == job.id) {
+          store_reading_[g].erase(reading);
+        }
       }
     }
     if (r) --r->stores_in_flight;
@@ -124,7 +127,8 @@ void SchedulerConnector::retire(Job& job, StepOutcome& out) {
   } else {
     LoadFinished done{.request = job.request, .num_computed = job.to_tokens};
     if (job.unprovable) {
-      cache_.quarantine_load(job.keys);  // F7: never recompute into these blocks
+      cache_.quarantine_load(job.keys);     // F7: never recompute into these blocks
+      if (r) r->blocks_quarantined = true;  // nor hand them back: the copies may still write
       done.outcome = Outcome::kUnprovable;
       done.num_computed = job.from_tokens;
     } else {

@@ -178,8 +178,8 @@ void SchedulerConnector::add_blocks(RequestState& r, const GroupBlocks& blocks,
   for (size_t g = 0; g < blocks.size(); ++g) {
     for (uint32_t b : blocks[g]) {
       // F10: the block has a new owner while a store still reads it.
-      if (b < store_reading_[g].size() && store_reading_[g][b] != 0) {
-        flush.push_back(store_reading_[g][b]);
+      if (auto reading = store_reading_[g].find(b); reading != store_reading_[g].end()) {
+        flush.push_back(reading->second);
         ++counters_.flushes;
       }
       r.blocks[g].push_back(b);
@@ -260,6 +260,7 @@ void SchedulerConnector::update_state_after_alloc(const RequestId& request,
     // before it hold no KV of this request, so the request stores nothing meanwhile (F4).
     r.load = job->id;
     resumed_.push_back(LoadFinished{request, r.match_from, Outcome::kFailed});
+    ++counters_.loads_failed;  // a failed load from the start (F4)
     return;
   }
   for (size_t i = 0; i < transfer.chunks.size(); ++i) transfer.chunks[i].slot = (*slots)[i];
@@ -307,6 +308,7 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
   };
   std::vector<Candidate> candidates;
   std::vector<size_t> ends(r.keys.size());
+  uint64_t not_admitted = 0;  // counted once the chunks are considered (not when deferred)
   for (size_t g = 0; g < r.keys.size(); ++g) {
     const KvGroup& group = options_.layout.groups[g];
     ends[g] = std::min({limit / group.chunk_tokens(), r.keys[g].size(),
@@ -314,7 +316,7 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
     for (size_t c = r.stored_chunks[g]; c < ends[g]; ++c) {
       const ChunkKey& key = r.keys[g][c];
       if (!admission_->admits(key)) {
-        ++counters_.stores_not_admitted;
+        ++not_admitted;
         continue;
       }
       candidates.push_back(Candidate{key, static_cast<uint32_t>(g), c});
@@ -327,6 +329,7 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
     r.next_store_tokens = 0;
     return;
   }
+  counters_.stores_not_admitted += not_admitted;
   for (size_t g = 0; g < r.keys.size(); ++g) {
     r.stored_chunks[g] = std::max(r.stored_chunks[g], ends[g]);
   }
@@ -371,11 +374,9 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
     const auto first =
         r.blocks[c.group].begin() + static_cast<ptrdiff_t>(c.chunk * group.blocks_per_chunk);
     chunk.blocks.assign(first, first + group.blocks_per_chunk);
-    std::vector<JobId>& reading = store_reading_[c.group];
     for (uint32_t b : chunk.blocks) {
       job->blocks[c.group].push_back(b);
-      if (b >= reading.size()) reading.resize(std::max<size_t>(b + 1, reading.size() * 2), 0);
-      reading[b] = job->id;
+      store_reading_[c.group][b] = job->id;
     }
     transfer.chunks.push_back(std::move(chunk));
   }
@@ -432,8 +433,7 @@ Status SchedulerConnector::audit() const {
                       "connector audit: " + std::to_string(jobs_.size()) + " jobs in flight");
   }
   size_t reading = 0;
-  for (const auto& blocks : store_reading_)
-    reading += blocks.size() - std::ranges::count(blocks, 0);
+  for (const auto& blocks : store_reading_) reading += blocks.size();
   if (!being_loaded_.empty() || reading != 0) {
     return make_error(ErrorCode::kInternal, "connector audit: leases outlive their jobs (" +
                                                 std::to_string(being_loaded_.size()) +

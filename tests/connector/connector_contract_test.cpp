@@ -81,6 +81,7 @@ TEST(ConnectorContract, F4_LoadThatCouldNotStartStoresNoneOfItsBlocks) {
     h.step();
     h.after_match = nullptr;
     EXPECT_EQ(h.failed_loads, 1u);
+    EXPECT_EQ(h.scheduler->counters().loads_failed, 1u) << "counted as any failed load";
     EXPECT_EQ(h.requests.at(b).computed, 0u) << "b recomputes from its start";
     EXPECT_TRUE(h.last_metadata.stores.empty()) << "b stored blocks it never loaded";
     h.run_until_done();  // b's KV is checked when it finishes
@@ -292,6 +293,29 @@ TEST(ConnectorContract, F7_UnprovableStoreNeverReleasesItsRequestsBlocks) {
   EXPECT_EQ(h.requests.at(a).state, SimState::kFinishing);
   EXPECT_FALSE(h.requests.at(a).blocks[0].empty());
   h.expect_leases_conserved();
+}
+
+// And an Unprovable load's: its copies may still write the blocks, so they are never handed
+// back, whether the request ended before the verdict or after it.
+TEST(ConnectorContract, F7_UnprovableLoadNeverReleasesItsRequestsBlocks) {
+  for (const bool finished_first : {true, false}) {
+    SCOPED_TRACE(finished_first ? "finished before the verdict" : "finished after it");
+    OneLoadJob j;
+    if (finished_first) {
+      EXPECT_TRUE(j.s.request_finished("b")) << "its load is in flight";
+    }
+    std::vector<WorkerOutput> outputs{
+        {.rank = 0, .finished = {{.job = j.load, .outcome = Outcome::kUnprovable}}},
+        {.rank = 1, .finished = {{.job = j.load}}}};
+    const StepOutcome out = j.s.update_from_worker_output(outputs);
+    EXPECT_TRUE(out.fail_stop);
+    EXPECT_TRUE(out.released.empty()) << "blocks an Unprovable load may still write, handed back";
+    if (!finished_first) {
+      EXPECT_TRUE(j.s.request_finished("b")) << "its blocks stay the request's";
+    }
+    const StepOutcome later = j.s.update_from_worker_output({});
+    EXPECT_TRUE(later.released.empty());
+  }
 }
 
 TEST(ConnectorContract, F8_JobNotCompleteAfterTheMarginIsUnprovable) {

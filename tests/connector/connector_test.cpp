@@ -183,6 +183,41 @@ TEST(Connector, LoadStartingInsideAChunkCopiesOnlyTheMissingBlocks) {
   EXPECT_TRUE(audit) << audit.error().message;
 }
 
+// The scheduler side does not know how many blocks the workers hold, so any block id reaches it.
+// A store reading the highest ids is recorded and fenced like any other: their +1 wrapped to 0,
+// and the store was recorded past the end of a table indexed by block.
+TEST(Connector, F10_AStoreReadingTheHighestBlockIdsIsFencedLikeAnyOther) {
+  CacheManager cache(8, 4096, *make_eviction_policy("lru", 8));
+  SchedulerConnector s({.layout = single_group_layout()}, cache);
+  const auto prompt = make_tokens(8, 21);  // one chunk: 2 blocks of 4 tokens
+  const GroupBlocks top{{UINT32_MAX - 1, UINT32_MAX}};
+  ASSERT_EQ(
+      s.get_num_new_matched_tokens({.id = "a", .tokens = prompt, .num_prompt_tokens = 8}, 0).tokens,
+      0u);
+  s.update_state_after_alloc("a", top, 0);
+  const ScheduledRequest a{.id = "a",
+                           .tokens = prompt,
+                           .num_prompt_tokens = prompt.size(),
+                           .num_computed_after_step = prompt.size()};
+  const StepMetadata first = s.build_step_metadata({.step = 1, .requests = {a}});
+  ASSERT_EQ(first.stores.size(), 1u);
+  EXPECT_EQ(first.stores[0].chunks[0].blocks, top[0]);
+  // The engine gives a's blocks to b while the store still reads them (F10).
+  s.request_preempted("a");
+  const auto other = make_tokens(8, 22);
+  ASSERT_EQ(
+      s.get_num_new_matched_tokens({.id = "b", .tokens = other, .num_prompt_tokens = 8}, 0).tokens,
+      0u);
+  s.update_state_after_alloc("b", top, 0);
+  const StepMetadata second = s.build_step_metadata({});
+  EXPECT_EQ(second.flush, std::vector<JobId>{first.stores[0].job});
+  WorkerOutput done{.rank = 0, .finished = {{first.stores[0].job}}};
+  s.update_from_worker_output(std::span(&done, 1));
+  s.request_finished("b");
+  Status audit = s.audit();
+  EXPECT_TRUE(audit) << audit.error().message;
+}
+
 TEST(Connector, BadCallsAreErrors) {
   CacheManager cache(8, 4096, *make_eviction_policy("lru", 8));
   EXPECT_THROW(SchedulerConnector({.world_size = 0, .layout = single_group_layout()}, cache),

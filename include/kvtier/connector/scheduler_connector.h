@@ -125,7 +125,7 @@ struct ConnectorCounters {
   uint64_t stores_skipped = 0;       // no room in the host pool
   uint64_t stores_deferred = 0;      // chunk stores put off a step: the store direction was behind
   uint64_t stores_not_admitted = 0;  // chunks not stored: too few lookups asked for them
-  uint64_t flushes = 0;              // store jobs put in a flush set (F10)
+  uint64_t flushes = 0;              // blocks handed out again while a store read them (F10)
   uint64_t loaded_tokens = 0;
   uint64_t deferred_lookups = 0;  // ask_later answers
   size_t jobs_in_flight = 0;
@@ -173,8 +173,9 @@ class SchedulerConnector {
   StepOutcome update_from_worker_output(std::span<const WorkerOutput> outputs);
 
   // The request ended. Returns true when a transfer of it is still in flight: the engine keeps
-  // its blocks until StepOutcome::released names it. A request an Unprovable store read from is
-  // never released: its copies may still read the blocks (F7).
+  // its blocks until StepOutcome::released names it. A request an Unprovable store read from,
+  // or an Unprovable load wrote to, is never released: its copies may still touch the blocks
+  // (F7).
   bool request_finished(const RequestId& request);
 
   // The engine freed the request's blocks to make room and will compute it again later (from
@@ -232,8 +233,10 @@ class SchedulerConnector {
   std::vector<JobId> pending_flush_;   // F10, found by update_state_after_alloc
   size_t store_chunks_in_flight_ = 0;  // chunks of the store jobs in jobs_
   std::vector<LoadFinished> resumed_;  // loads that could not start
-  // Per group, per device block: the newest store job in flight reading it, or 0 (F10).
-  std::vector<std::vector<JobId>> store_reading_;
+  // Per group: the device blocks a store job in flight reads, each with the newest such job
+  // (F10). A map, not a vector indexed by block: the engine's block ids are not checked here
+  // (the scheduler side does not know how many blocks the workers hold).
+  std::vector<std::unordered_map<uint32_t, JobId>> store_reading_;
   std::string fail_stop_reason_;
   ConnectorCounters counters_;
 };
