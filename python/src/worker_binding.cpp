@@ -172,15 +172,15 @@ class Worker {
     check_usable();
     py::gil_scoped_release release;
     const std::unique_lock lock = lock_open();
-    conn().start_load(meta);
-    const bool loads_fenced = connector_.granularity() == TransferGranularity::kRequest &&
-                              connector_.loads_in_step() && !meta.loads.empty();
-    if (!remote_ && (!meta.flush.empty() || loads_fenced)) {
-      // The forward pass runs on the host: wait here for what it would wait for on the
-      // compute stream (the flush set's fences, F10, and with load_in_step whole-request
-      // loads).
-      wait_for_compute();
+    try {
+      conn().start_load(meta);
+    } catch (const std::invalid_argument&) {
+      // A job refused: the rest of the step was started (the flush set's fences among it), and
+      // the engine goes on, so its fences are waited for all the same before this raises.
+      fence_forward_pass(meta);
+      throw;
     }
+    fence_forward_pass(meta);
   }
 
   // Layer-wise (connector.transfer_granularity: layer; no-ops otherwise and with kvtierd).
@@ -322,7 +322,7 @@ class Worker {
   // Worker: they go over a copy of the buffers, and the Worker must still be open after them.
   void check_usable() {
     check_open();
-    if (!stuck_.empty()) throw FailStopError(stuck_);
+    if (stuck_set_.load(std::memory_order_acquire)) throw FailStopError(stuck_);
     if (moved_.empty()) {
       const std::vector<std::shared_ptr<KvCacheBuffer>> buffers = buffers_;
       for (const auto& b : buffers) {
@@ -335,6 +335,14 @@ class Worker {
     check_open();
     if (!moved_.empty()) throw KvError(ErrorCode::kFailedPrecondition, moved_);
   }
+  // The forward pass runs on the host: start_load waits here for what the pass would wait for
+  // on the compute stream (the flush set's fences, F10, and with load_in_step whole-request
+  // loads).
+  void fence_forward_pass(const StepMetadata& meta) {
+    const bool loads_fenced = connector_.granularity() == TransferGranularity::kRequest &&
+                              connector_.loads_in_step() && !meta.loads.empty();
+    if (!remote_ && (!meta.flush.empty() || loads_fenced)) wait_for_compute();
+  }
   // Until the compute stream passed what it waits for now, at most the transfer deadline (F8).
   // Past it, those copies are not ending: the worker fail-stops (F7), and this call and every
   // later one raise kvtier.FailStop, so the engine never runs a forward pass over blocks that
@@ -345,9 +353,12 @@ class Worker {
     auto pause = std::chrono::microseconds(10);
     while (!fault_.query(fence_)) {
       if (std::chrono::steady_clock::now() >= deadline) {
-        stuck_ = "rank " + std::to_string(connector_.rank()) +
-                 ": the forward pass's fences did not pass within the transfer deadline (F8): "
-                 "copies they wait for may still run";
+        if (!stuck_set_.load(std::memory_order_relaxed)) {  // written once, under mu_
+          stuck_ = "rank " + std::to_string(connector_.rank()) +
+                   ": the forward pass's fences did not pass within the transfer deadline (F8): "
+                   "copies they wait for may still run";
+          stuck_set_.store(true, std::memory_order_release);
+        }
         throw FailStopError(stuck_);
       }
       std::this_thread::sleep_for(pause);  // the host device's copies run on other threads
@@ -376,7 +387,8 @@ class Worker {
   uint32_t slots_ = 0;
   std::atomic<bool> closed_ = false;  // set by close() before it takes mu_
   std::string moved_;                 // why the registered memory is no longer the tensors'
-  std::string stuck_;                 // why the worker fail-stopped waiting for its fences
+  std::string stuck_;  // why the worker fail-stopped waiting for its fences; once stuck_set_
+  std::atomic<bool> stuck_set_{false};  // read without mu_ (check_usable)
   Duration transfer_deadline_{};
   std::shared_ptr<RemoteKv> remote_;  // cache.mode server
   py::list memory_;                   // cache.mode server: KvMemory per tensor

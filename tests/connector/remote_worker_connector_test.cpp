@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 
 #include "connector/kvtierd_for_connector.h"
 
@@ -147,6 +148,41 @@ TEST_F(RemoteWorkerConnectorTest, F4_FailedLoadReportsItsBlocksInvalidWithItsVer
   EXPECT_FALSE(faulted.fail_stop);
   EXPECT_EQ(connector_.in_flight(), 0u);
   expect_server_quiescent();
+}
+
+// F1/F2, as for the local worker: a job naming a block past this rank's (the arena holds
+// scratch chunks right after them, and another layer's tensor after those) is refused with a
+// Failed verdict, and the call raises once it sent the rest; a job id given twice raises before
+// anything is sent.
+TEST_F(RemoteWorkerConnectorTest, F1_AJobOutOfRangeOfTheRankIsRefusedWithAVerdict) {
+  for (uint32_t b = 0; b < 4; ++b) fill(b, static_cast<uint8_t>(b + 1));
+  const ChunkKey scratch_key{.lo = 8, .hi = 11};
+  EXPECT_THROW(connector_.queue_stores(StepMetadata{
+                   .stores = {job(1, {0, 1, 2, 3}, key_), job(2, {30, 31, 32, 33}, scratch_key)}}),
+               std::invalid_argument);
+  std::map<JobId, Outcome> verdicts;
+  ASSERT_TRUE(eventually(
+      [&] {
+        for (const JobVerdict& v : connector_.take_output().finished) verdicts[v.job] = v.outcome;
+        return verdicts.size() == 2;
+      },
+      std::chrono::seconds(10)));
+  EXPECT_EQ(verdicts[1], Outcome::kCompleted);
+  EXPECT_EQ(verdicts[2], Outcome::kFailed) << "published the scratch chunks' bytes";
+  EXPECT_THROW(load(3, {4, 5, 6, 1u << 30}, key_), std::invalid_argument);
+  const WorkerOutput refused = until_verdict(3).back();
+  EXPECT_EQ(outcome_of(refused, 3), Outcome::kFailed);
+  EXPECT_EQ(refused.invalid_blocks, (GroupBlocks{{4, 5, 6, 1u << 30}}));
+  EXPECT_THROW(connector_.start_load(StepMetadata{
+                   .loads = {job(4, {4, 5, 6, 7}, key_), job(4, {8, 9, 10, 11}, key_)}}),
+               std::invalid_argument);
+  EXPECT_EQ(connector_.in_flight(), 0u) << "nothing of a step with a job twice was sent";
+  load(5, {4, 5, 6, 7}, key_);
+  EXPECT_EQ(outcome_of(until_verdict(5).back(), 5), Outcome::kCompleted);
+  for (uint32_t b = 0; b < 4; ++b) EXPECT_TRUE(same(b, 4 + b)) << "block " << b;
+  expect_server_quiescent();
+  const Status audit = connector_.audit();
+  EXPECT_TRUE(audit) << audit.error().message;
 }
 
 TEST_F(RemoteWorkerConnectorTest, F7_LoadLostWithTheServerIsUnprovableAndFailStopsTheRank) {

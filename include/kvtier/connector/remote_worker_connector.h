@@ -18,6 +18,10 @@
 //   the load fails (the request recomputes). Scratch of an Unprovable load is never reused (F7).
 // - Loads land before the forward that reads them: copies are done before take_output reports
 //   the verdict.
+// - Bad metadata, as LocalWorkerConnector: a job id given twice or still in flight raises
+//   std::invalid_argument before anything is done; a job with a chunk out of this rank's range
+//   (group, block, block count) is refused with a Failed verdict, and the call raises
+//   std::invalid_argument naming it after the rest of its work.
 // - connector.load_in_step (the default): start_load returns only once every load it started
 //   has its verdict (each RETRIEVE resolves by its deadline, F8), its scratch copies done. So
 //   the engine computes a loading request in the step its load starts, and discards what it
@@ -37,6 +41,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,7 +93,12 @@ class RemoteWorkerConnector final : public WorkerConnector {
     std::string failed_now;  // a part that could not be sent: the job fails
   };
 
-  void submit(const TransferJob& transfer, Direction direction);
+  // Sends `transfer`'s requests, or refuses it (a chunk out of this rank's range, keys missing):
+  // a Failed verdict, and `refusal` (if empty) says why, for the caller to raise once the rest
+  // of its work is done (as LocalWorkerConnector does).
+  void submit(const TransferJob& transfer, Direction direction, std::string& refusal);
+  // std::invalid_argument for a job id given twice or still in flight, before anything is done.
+  void check_ids(std::span<const TransferJob> jobs) const;
   std::optional<uint32_t> take_scratch(uint32_t group);
   uint32_t scratch_block(uint32_t group, uint32_t scratch, uint32_t i) const;
   void copy_block(uint32_t group, uint32_t from, uint32_t to);

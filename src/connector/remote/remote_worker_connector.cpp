@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <unordered_set>
 #include <utility>
 
 namespace kvtier {
@@ -62,22 +63,47 @@ std::optional<uint32_t> RemoteWorkerConnector::take_scratch(uint32_t group) {
   return std::nullopt;
 }
 
-void RemoteWorkerConnector::submit(const TransferJob& transfer, Direction direction) {
+void RemoteWorkerConnector::check_ids(std::span<const TransferJob> jobs) const {
+  std::unordered_set<JobId> ids;
+  for (const TransferJob& job : jobs) {
+    if (!ids.insert(job.job).second || jobs_.contains(job.job)) {
+      throw std::invalid_argument("RemoteWorkerConnector: job " + std::to_string(job.job) +
+                                  " is given twice or still in flight");
+    }
+  }
+}
+
+void RemoteWorkerConnector::submit(const TransferJob& transfer, Direction direction,
+                                   std::string& refusal) {
   Job job{.direction = direction};
   job.blocks.resize(layout_.groups.size());
-  if (transfer.keys.size() != transfer.chunks.size()) {
-    job.failed_now = "job " + std::to_string(transfer.job) + " carries no chunk keys";
+  try {
+    // Past this rank's blocks, a copy would land in the scratch chunks or another tensor (the
+    // arena holds both), or past the arena in a scratch load's copy: refused, with a Failed
+    // verdict (a load's blocks that exist reported invalid: F4).
+    if (transfer.keys.size() != transfer.chunks.size()) {
+      throw std::invalid_argument("it carries " + std::to_string(transfer.keys.size()) +
+                                  " chunk keys for " + std::to_string(transfer.chunks.size()) +
+                                  " chunks");
+    }
+    check_chunk_transfers(layout_, caches_, HostSlots{.num_slots = UINT32_MAX}, transfer.chunks);
+  } catch (const std::invalid_argument& e) {
+    job.failed_now = std::string(to_string(direction)) + " job " + std::to_string(transfer.job) +
+                     " refused: " + e.what();
+    for (const ChunkTransfer& c : transfer.chunks) {
+      if (c.group < job.blocks.size()) {
+        job.blocks[c.group].insert(job.blocks[c.group].end(), c.blocks.begin(), c.blocks.end());
+      }
+    }
+    if (refusal.empty()) refusal = "RemoteWorkerConnector: " + job.failed_now;
+    jobs_.emplace(transfer.job, std::move(job));
+    return;
   }
   // Per group: the rank's keys and the chunks' blocks of one request.
   std::vector<std::vector<ChunkKey>> keys(layout_.groups.size());
   std::vector<std::vector<std::vector<uint32_t>>> blocks(layout_.groups.size());
   for (size_t i = 0; i < transfer.chunks.size() && job.failed_now.empty(); ++i) {
     const ChunkTransfer& c = transfer.chunks[i];
-    if (c.group >= layout_.groups.size()) {  // refused, as kvtierd refuses a block it lacks
-      job.failed_now = "job " + std::to_string(transfer.job) + ": group " +
-                       std::to_string(c.group) + " does not exist";
-      break;
-    }
     const ChunkKey key = rank_key(transfer.keys[i], rank_);
     job.blocks[c.group].insert(job.blocks[c.group].end(), c.blocks.begin(), c.blocks.end());
     if (c.first_block == 0) {
@@ -113,14 +139,19 @@ void RemoteWorkerConnector::submit(const TransferJob& transfer, Direction direct
 }
 
 void RemoteWorkerConnector::start_load(const StepMetadata& metadata) {
+  check_ids(metadata.loads);  // before anything is done
   // F10: the stores named read blocks that this step's forward pass may write.
   for (JobId id : metadata.flush) {
     auto it = jobs_.find(id);
     if (it == jobs_.end() || it->second.direction != Direction::kStore) continue;
     for (auto& part : it->second.parts) wait(part);
   }
-  for (const TransferJob& t : metadata.loads) submit(t, Direction::kLoad);
-  if (!loads_end_in_step_) return;
+  std::string refusal;
+  for (const TransferJob& t : metadata.loads) submit(t, Direction::kLoad, refusal);
+  if (!loads_end_in_step_) {
+    if (!refusal.empty()) throw std::invalid_argument(refusal);
+    return;
+  }
   // The engine computes these loads' requests in this step: their blocks hold the bytes (or the
   // verdict says they do not) before the forward pass is enqueued.
   for (const TransferJob& t : metadata.loads) {
@@ -129,10 +160,14 @@ void RemoteWorkerConnector::start_load(const StepMetadata& metadata) {
     finish(it->first, it->second);
     jobs_.erase(it);
   }
+  if (!refusal.empty()) throw std::invalid_argument(refusal);
 }
 
 void RemoteWorkerConnector::queue_stores(const StepMetadata& metadata) {
-  for (const TransferJob& t : metadata.stores) submit(t, Direction::kStore);
+  check_ids(metadata.stores);
+  std::string refusal;
+  for (const TransferJob& t : metadata.stores) submit(t, Direction::kStore, refusal);
+  if (!refusal.empty()) throw std::invalid_argument(refusal);
 }
 
 void RemoteWorkerConnector::finish(JobId id, Job& job) {
