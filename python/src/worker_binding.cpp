@@ -283,6 +283,15 @@ class Worker {
     {
       py::gil_scoped_release release;
       std::lock_guard lock(mu_);
+      // kvtierd's copies end first: each of its transfers has its verdict by its deadline (F8),
+      // which drops it from in_flight(); the verdicts are not wanted any more.
+      if (remote_) {
+        WorkerConnector& remote = *remote_->connector;
+        while (remote.in_flight() > 0) {
+          (void)remote.take_output();
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      }
       // kvtierd's side lives on while a KvMemory (a tensor over it) does.
       remote_.reset();
       fault_.release_hangs();

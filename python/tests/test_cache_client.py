@@ -221,6 +221,50 @@ def test_chunk_keys_are_the_connectors_own(kvtierd):
         worker.close()
 
 
+def test_a_server_mode_worker_closes_once_kvtierds_copies_ended(kvtierd):
+    """close() waits until every transfer in flight has its verdict: kvtierd writes a load into
+    the worker's KV memory, which outlives the Worker (its tensors keep it), and the engine may
+    reuse those blocks once close() returned."""
+    config = kvtierd.config.with_overrides(
+        ["cache.mode=server", "connector.load_in_step=false", "transfer.transfer_deadline_s=20"])
+    chunk = config.layout.chunk_tokens
+    tokens = list(range(300, 300 + 2 * chunk + 1))
+    scheduler = kvtier.Scheduler(config, model=MODEL)
+    worker = kvtier.Worker(config, None, num_blocks=NUM_BLOCKS)
+    shape = config.layout.kv_cache_shape(NUM_BLOCKS)
+    kv = [torch.frombuffer(m, dtype=torch.float32).view(shape) for m in worker.kv_caches]
+    resumed = None
+    try:
+        for t in kv:
+            t[:5].copy_(torch.randn(t[:5].shape, generator=torch.Generator().manual_seed(5)))
+        scheduler.get_num_new_matched_tokens("a", tokens, 0)
+        scheduler.update_state_after_alloc("a", list(range(5)), 0)
+        request = kvtier.ScheduledRequest("a", tokens, len(tokens), list(range(5)), len(tokens))
+        for step in range(1, 50):
+            meta = scheduler.build_step_metadata(step, [request] if step == 1 else [])
+            worker.start_load(meta)
+            worker.queue_stores(meta)
+            scheduler.update_from_worker_output([worker.take_output()])
+            if scheduler.counters()["stores_completed"] >= 1:
+                break
+            worker.drain()
+        assert scheduler.counters()["stores_completed"] >= 1
+        scheduler.request_finished("a")
+        matched = scheduler.get_num_new_matched_tokens("b", tokens, 0).tokens
+        assert matched == 2 * chunk
+        scheduler.update_state_after_alloc("b", list(range(10, 15)), matched)
+        kvtierd.process.send_signal(signal.SIGSTOP)  # kvtierd is slow to answer the RETRIEVE
+        resumed = threading.Timer(0.3, kvtierd.process.send_signal, [signal.SIGCONT])
+        resumed.start()
+        worker.start_load(scheduler.build_step_metadata(50, []))
+    finally:
+        worker.close()
+        if resumed:
+            resumed.join()
+    for t in kv:
+        assert torch.equal(t[10:14], t[0:4]), "close() returned before kvtierd's copy ended"
+
+
 def test_chunk_keys_chain_the_tokens():
     layout = small_config().layout
     chunk = layout.chunk_tokens
