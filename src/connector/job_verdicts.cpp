@@ -16,6 +16,13 @@ StepOutcome SchedulerConnector::update_from_worker_output(std::span<const Worker
                                   ", world_size is " + std::to_string(options_.world_size));
     }
   }
+  // F8: the stores built for the step these outputs end were sent (or go at the next step's
+  // start): their time counts from now.
+  const TimePoint now = clock_.now();
+  for (JobId id : stores_unsent_) {
+    if (auto it = jobs_.find(id); it != jobs_.end()) it->second->created = now;
+  }
+  stores_unsent_.clear();
   StepOutcome out;
   // Loads that never started (update_state_after_alloc) end here.
   out.loads = std::move(resumed_);

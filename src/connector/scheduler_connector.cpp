@@ -385,6 +385,7 @@ void SchedulerConnector::build_stores(RequestState& r, const ScheduledRequest& s
   store_chunks_in_flight_ += job->keys.size();
   ++counters_.jobs_issued;
   meta.stores.push_back(std::move(transfer));
+  stores_unsent_.push_back(job->id);
   jobs_.emplace(job->id, std::move(job));
 }
 

@@ -193,7 +193,12 @@ TEST(ConnectorContract, F8_LoadEndedByTheJobTimeoutLoadsNothing) {
 
 // The scheduler side alone, with crafted rank reports: one store job of 4 chunks on 2 ranks.
 struct OneStoreJob {
-  OneStoreJob() {
+  explicit OneStoreJob(const Clock& clock = SteadyClock::instance())
+      : s({.world_size = 2,
+           .layout = single_group_layout(),
+           .model = "harness",
+           .job_timeout = std::chrono::seconds(2)},
+          cache, clock) {
     const auto prompt = make_tokens(40, 21);
     EXPECT_EQ(
         s.get_num_new_matched_tokens({.id = "a", .tokens = prompt, .num_prompt_tokens = 40}, 0)
@@ -215,11 +220,28 @@ struct OneStoreJob {
     return s.update_from_worker_output(std::span(&out, 1));
   }
   CacheManager cache{16, single_group_layout().max_chunk_bytes(), *make_eviction_policy("lru", 16)};
-  SchedulerConnector s{{.world_size = 2, .layout = single_group_layout(), .model = "harness"},
-                       cache};
+  SchedulerConnector s;
   JobId job = 0;
   std::vector<ChunkKey> keys;
 };
+
+// F8 counts a store's time from the step that sent it (its worker output): a step that first
+// waited for its loads past the job timeout does not make the store it sent afterwards late; the
+// store is late once the timeout passed after that step.
+TEST(ConnectorContract, F8_AStoreIsLateOnlyATimeoutAfterTheStepThatSentIt) {
+  ManualClock clock;
+  OneStoreJob j(clock);
+  clock.advance(std::chrono::seconds(3));  // the step waited for its loads
+  EXPECT_FALSE(j.s.update_from_worker_output({}).fail_stop) << "late before it was sent";
+  clock.advance(std::chrono::seconds(1));
+  EXPECT_FALSE(j.report(0, Outcome::kCompleted).fail_stop);
+  EXPECT_FALSE(j.s.overdue_job());
+  clock.advance(std::chrono::milliseconds(1500));
+  const StepOutcome late = j.s.update_from_worker_output({});
+  EXPECT_TRUE(late.fail_stop);
+  EXPECT_EQ(j.s.counters().jobs_timed_out, 1u);
+  EXPECT_EQ(j.cache.state(j.keys[0]), LookupState::kMiss) << "never published (F3, F7)";
+}
 
 TEST(ConnectorContract, F7_UnprovableVerdictFailStopsTheScheduler) {
   OneStoreJob j;

@@ -23,7 +23,11 @@
 //   resumes from the first invalid block boundary common to all groups (F4).
 // - An Unprovable verdict, a rank's fail-stop, or a job not complete after job_timeout (=
 //   transfer_deadline_s + completion_margin_s, F8) quarantines the job's slots and turns
-//   fail_stopped() true for good (F7).
+//   fail_stopped() true for good (F7). A load's time counts from its creation; a store's from
+//   the first update_from_worker_output after the step that built it: a worker sends a store
+//   only after that step's forward pass (or at the next step's start), and the step may first
+//   wait up to a deadline for its loads, so a store counted from its creation could be declared
+//   late while its own transfer was still within its deadline.
 // - A request has one load or some stores in flight, never both. A device block handed to the
 //   engine again while a store from it is in flight puts that store in the step's flush set (F10).
 //
@@ -228,6 +232,7 @@ class SchedulerConnector {
   std::unordered_map<RequestId, std::unique_ptr<RequestState>> requests_;
   std::map<JobId, std::unique_ptr<Job>> jobs_;  // in flight, oldest first
   std::vector<TransferJob> pending_loads_;      // created since the last step
+  std::vector<JobId> stores_unsent_;            // built since the last worker output (F8)
   std::unordered_map<ChunkKey, uint32_t, ChunkKeyHash> being_loaded_;
   std::unique_ptr<AdmissionPolicy> admission_;
   std::vector<JobId> pending_flush_;   // F10, found by update_state_after_alloc
