@@ -189,6 +189,24 @@ def test_kv_memory_outlives_close_while_a_tensor_uses_it(kvtierd):
     assert float(kv[0][3].sum()) == 2.5 * kv[0][3].numel()  # still mapped
 
 
+def store_through_the_connector(scheduler, worker, request_id, tokens):
+    """Request `request_id` computes `tokens` into blocks 0-4 and its chunks are stored through
+    the connector (Scheduler + Worker), step by step until the store completed."""
+    blocks = list(range(5))
+    assert scheduler.get_num_new_matched_tokens(request_id, tokens, 0).tokens == 0
+    scheduler.update_state_after_alloc(request_id, blocks, 0)
+    request = kvtier.ScheduledRequest(request_id, tokens, len(tokens), blocks, len(tokens))
+    for step in range(1, 50):
+        meta = scheduler.build_step_metadata(step, [request] if step == 1 else [])
+        worker.start_load(meta)
+        worker.queue_stores(meta)
+        scheduler.update_from_worker_output([worker.take_output()])
+        if scheduler.counters()["stores_completed"] >= 1:
+            break
+        worker.drain()
+    assert scheduler.counters()["stores_completed"] >= 1
+
+
 def test_chunk_keys_are_the_connectors_own(kvtierd):
     """Chunks an engine stored through the connector (Scheduler + Worker, cache.mode server) are
     found by a CacheClient under chunk_keys(..., rank=0)."""
@@ -198,19 +216,7 @@ def test_chunk_keys_are_the_connectors_own(kvtierd):
     scheduler = kvtier.Scheduler(config, model=MODEL)
     worker = kvtier.Worker(config, None, num_blocks=NUM_BLOCKS)
     try:
-        blocks = list(range(5))
-        assert scheduler.get_num_new_matched_tokens("r", tokens, 0).tokens == 0
-        scheduler.update_state_after_alloc("r", blocks, 0)
-        request = kvtier.ScheduledRequest("r", tokens, len(tokens), blocks, len(tokens))
-        for step in range(1, 50):
-            meta = scheduler.build_step_metadata(step, [request] if step == 1 else [])
-            worker.start_load(meta)
-            worker.queue_stores(meta)
-            scheduler.update_from_worker_output([worker.take_output()])
-            if scheduler.counters()["stores_completed"] >= 1:
-                break
-            worker.drain()
-        assert scheduler.counters()["stores_completed"] >= 1
+        store_through_the_connector(scheduler, worker, "r", tokens)
         with client_of(kvtierd) as c:
             mine = kvtier.chunk_keys(config.layout, tokens, model=MODEL, rank=0)
             assert c.lookup(mine).hits == 2
@@ -237,18 +243,7 @@ def test_a_server_mode_worker_closes_once_kvtierds_copies_ended(kvtierd):
     try:
         for t in kv:
             t[:5].copy_(torch.randn(t[:5].shape, generator=torch.Generator().manual_seed(5)))
-        scheduler.get_num_new_matched_tokens("a", tokens, 0)
-        scheduler.update_state_after_alloc("a", list(range(5)), 0)
-        request = kvtier.ScheduledRequest("a", tokens, len(tokens), list(range(5)), len(tokens))
-        for step in range(1, 50):
-            meta = scheduler.build_step_metadata(step, [request] if step == 1 else [])
-            worker.start_load(meta)
-            worker.queue_stores(meta)
-            scheduler.update_from_worker_output([worker.take_output()])
-            if scheduler.counters()["stores_completed"] >= 1:
-                break
-            worker.drain()
-        assert scheduler.counters()["stores_completed"] >= 1
+        store_through_the_connector(scheduler, worker, "a", tokens)
         scheduler.request_finished("a")
         matched = scheduler.get_num_new_matched_tokens("b", tokens, 0).tokens
         assert matched == 2 * chunk
@@ -256,7 +251,7 @@ def test_a_server_mode_worker_closes_once_kvtierds_copies_ended(kvtierd):
         kvtierd.process.send_signal(signal.SIGSTOP)  # kvtierd is slow to answer the RETRIEVE
         resumed = threading.Timer(0.3, kvtierd.process.send_signal, [signal.SIGCONT])
         resumed.start()
-        worker.start_load(scheduler.build_step_metadata(50, []))
+        worker.start_load(scheduler.build_step_metadata(60, []))
     finally:
         worker.close()
         if resumed:
