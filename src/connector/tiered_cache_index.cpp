@@ -2,9 +2,9 @@
 
 namespace kvtier {
 
-LookupResult TieredCacheIndex::lookup(std::span<const ChunkKey> keys) {
+LookupResult TieredCacheIndex::find(std::span<const ChunkKey> keys, bool counted) {
   mover_.poll();  // a finished prefetch is ready for this lookup
-  LookupResult found = cache_.lookup(keys);
+  LookupResult found = counted ? cache_.lookup(keys) : cache_.peek(keys);
   if (!found.pending && found.hit_chunks < keys.size()) {
     found.pending = mover_.read_through(keys, found.hit_chunks);
   }

@@ -55,6 +55,10 @@ TEST(TieredCacheIndex, LookupAheadBringsUpWhatATierHoldsBeforeTheLookupAsks) {
   EXPECT_EQ(found.hit_chunks, 3u) << "the prefetch the hint started is ready";
   EXPECT_FALSE(found.pending);
   EXPECT_EQ(mover.counters().prefetch_succeeded, 3u);
+  // The hint is not a lookup of the cache's: one lookup of 3 chunks, all hits.
+  const CacheCounters counted = rig.cache->counters();
+  EXPECT_EQ(counted.hits, 3u);
+  EXPECT_EQ(counted.misses + counted.pending_lookups, 0u);
 }
 
 // Write-behind (on_store) goes with the store's publication: an engine that never takes the

@@ -35,8 +35,11 @@ class TieredCacheIndex final : public CacheIndex {
   // `cache` and `mover` (built over `cache`) outlive the index.
   TieredCacheIndex(CacheManager& cache, TierMover& mover) : cache_(cache), mover_(mover) {}
 
-  LookupResult lookup(std::span<const ChunkKey> keys) override;
-  void lookup_ahead(std::span<const ChunkKey> keys) override { static_cast<void>(lookup(keys)); }
+  LookupResult lookup(std::span<const ChunkKey> keys) override { return find(keys, true); }
+  // A hint, not a lookup: the cache's hit and miss counters do not count it.
+  void lookup_ahead(std::span<const ChunkKey> keys) override {
+    static_cast<void>(find(keys, false));
+  }
   std::optional<StorePlan> prepare_store(std::span<const ChunkKey> keys) override;
   void complete_store(std::span<const ChunkKey> keys, Verdict verdict) override {
     cache_.complete_store(keys, verdict);
@@ -54,6 +57,9 @@ class TieredCacheIndex final : public CacheIndex {
   std::optional<std::string> degraded() const override;
 
  private:
+  // lookup's answer, counted in the cache's counters or not (a hint).
+  LookupResult find(std::span<const ChunkKey> keys, bool counted);
+
   CacheManager& cache_;
   TierMover& mover_;
 };
