@@ -47,6 +47,17 @@ uint64_t random_boot_id() {
   return id == 0 ? 1 : id;
 }
 
+// A copy of `message`'s metadata property `name` (nullopt when it has none). libzmq's I/O
+// thread wrote it and handed the message over through its own pipe, which ThreadSanitizer does
+// not see (libzmq is not instrumented): tests/tsan.supp names this function, whose only memory
+// access is that copy.
+[[gnu::noinline]] std::optional<std::string> message_property(zmq::message_t& message,
+                                                              const char* name) {
+  const char* value = zmq_msg_gets(message.handle(), name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
 void send_to(zmq::socket_t& router, const std::string& client, std::string_view body) {
   // Non-blocking: a client that went away (or whose queue is full) loses the reply; it never
   // stalls the loop. Its future then ends by its own deadline (F8).
@@ -298,9 +309,9 @@ void SocketLoop::pump() {
 
 std::optional<TenantId> SocketLoop::tenant_of(zmq::message_t& message) const {
   if (!tenants_.curve()) return kDefaultTenant;
-  const char* user = zmq_msg_gets(message.handle(), "User-Id");
-  if (user == nullptr) return std::nullopt;
-  return tenants_.by_name(user);
+  const std::optional<std::string> user = message_property(message, "User-Id");
+  if (!user) return std::nullopt;
+  return tenants_.by_name(*user);
 }
 
 void SocketLoop::admit(const std::string& client, std::vector<zmq::message_t>& parts) {
@@ -410,8 +421,8 @@ void SocketLoop::admit_one(const std::string& client, Peer& peer, zmq::message_t
 
 uid_t SocketLoop::client_uid_of(zmq::message_t& message) const {
   if (options_.config.server.endpoint.starts_with("ipc://")) {
-    const char* address = zmq_msg_gets(message.handle(), "Peer-Address");
-    const std::string_view text = address == nullptr ? "" : address;
+    const std::string address = message_property(message, "Peer-Address").value_or("");
+    const std::string_view text = address;
     // The last three ':'-separated fields are uid, gid and pid.
     const size_t pid_at = text.rfind(':');
     const size_t gid_at = pid_at == 0 || pid_at == std::string_view::npos
