@@ -58,7 +58,10 @@ void ClientImpl::on_pong(uint64_t boot_id) {
     lose_outstanding("server restarted: its state is gone");
   }
   if (!registered_) {
-    if (!register_outstanding_ && keep_registered_) send_register();
+    if (!register_outstanding_ && keep_registered_) {
+      register_boot_id_ = boot_id;
+      send_register();
+    }
     return;
   }
   if (health().state == ClientState::kDegraded) set_state(ClientState::kOk, "", boot_id);
@@ -122,6 +125,10 @@ void ClientImpl::send_register() {
     const bool shutdown = health().state == ClientState::kShutdown;
     if (end == End::kReply && (reply->ok || reply->code == codes::kAlreadyRegistered)) {
       registered_ = true;
+      // already_registered: an earlier REGISTER's reply was lost (past its deadline), and the
+      // server that holds this session is the one whose PING sent this REGISTER (a restarted
+      // one would have no session, and accept it).
+      boot_id_ = register_boot_id_;
       if (reply->ok) {
         boot_id_ = reply->field("boot_id");
         // A server that does not say it takes batches gets every request in its own frame.
