@@ -205,6 +205,9 @@ class CacheService {
     uint32_t rank = 0;
     KvLayout layout;
     std::unique_ptr<SharedKvMapping> memory;
+    uint32_t memory_pid = 0;  // the REGISTER's memory, to know the same REGISTER again
+    uint32_t memory_fd = 0;
+    uint64_t memory_bytes = 0;
     StreamHandle compute;
     std::unique_ptr<TransferEngine> engine;
     std::map<JobId, PendingTransfer> pending;
@@ -217,6 +220,8 @@ class CacheService {
   void dispatch(const Envelope& envelope);
   void handle_register(const std::string& client, TenantId tenant, uid_t client_uid,
                        const Request& request);
+  // REGISTER's ok: the session's boot id and what this server takes.
+  void reply_registered(const std::string& client, uint64_t id);
   void handle_unregister(const std::string& client, const Request& request);
   void handle_lookup(const std::string& client, TenantId tenant, const Request& request);
   // The LOOKUP answer (both paths), under state_mu_; may raise only before it changed state.

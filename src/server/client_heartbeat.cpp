@@ -58,10 +58,7 @@ void ClientImpl::on_pong(uint64_t boot_id) {
     lose_outstanding("server restarted: its state is gone");
   }
   if (!registered_) {
-    if (!register_outstanding_ && keep_registered_) {
-      register_boot_id_ = boot_id;
-      send_register();
-    }
+    if (!register_outstanding_ && keep_registered_) send_register();
     return;
   }
   if (health().state == ClientState::kDegraded) set_state(ClientState::kOk, "", boot_id);
@@ -123,19 +120,15 @@ void ClientImpl::send_register() {
   call.on_end = [this](size_t, End end, const Reply* reply, const std::string& why) {
     register_outstanding_ = false;
     const bool shutdown = health().state == ClientState::kShutdown;
-    if (end == End::kReply && (reply->ok || reply->code == codes::kAlreadyRegistered)) {
+    // A REGISTER sent again after its first attempt's deadline (its reply lost) is answered as
+    // the first one was: the server's REGISTER is idempotent.
+    if (end == End::kReply && reply->ok) {
       registered_ = true;
-      // already_registered: an earlier REGISTER's reply was lost (past its deadline), and the
-      // server that holds this session is the one whose PING sent this REGISTER (a restarted
-      // one would have no session, and accept it).
-      boot_id_ = register_boot_id_;
-      if (reply->ok) {
-        boot_id_ = reply->field("boot_id");
-        // A server that does not say it takes batches gets every request in its own frame.
-        max_batch_ = std::clamp<uint64_t>(reply->field("max_batch", 1), 1, kMaxBatchRequests);
-        max_frame_bytes_ = reply->field("max_frame_bytes");
-        if (max_frame_bytes_ == 0) max_batch_ = 1;
-      }
+      boot_id_ = reply->field("boot_id");
+      // A server that does not say it takes batches gets every request in its own frame.
+      max_batch_ = std::clamp<uint64_t>(reply->field("max_batch", 1), 1, kMaxBatchRequests);
+      max_frame_bytes_ = reply->field("max_frame_bytes");
+      if (max_frame_bytes_ == 0) max_batch_ = 1;
       set_state(ClientState::kOk, "", boot_id_);
       return;
     }

@@ -135,7 +135,6 @@ class ClientImpl {
   bool registered_ = false;
   bool keep_registered_ = true;  // false after unregister()
   uint64_t boot_id_ = 0;
-  uint64_t register_boot_id_ = 0;  // of the PING whose answer sent the REGISTER outstanding
   // What the registered server takes (its REGISTER reply): requests per batch frame (1: no
   // batches) and bytes per frame. Reset whenever the registration is lost.
   uint64_t max_batch_ = 1;

@@ -98,7 +98,17 @@ CacheService::Session* CacheService::session_of(const std::string& client, uint6
 void CacheService::handle_register(const std::string& client, TenantId tenant, uid_t client_uid,
                                    const Request& r) {
   if (auto it = sessions_.find(client); it != sessions_.end() && !it->second.gone) {
-    error(client, r.id, codes::kAlreadyRegistered, "this client is registered already");
+    // The same registration again: the client's first REGISTER went past its deadline and it
+    // asked again. It gets what the first reply said (idempotent); another one is refused.
+    const Session& s = it->second;
+    if (s.rank != r.rank || s.layout.fingerprint() != r.layout.fingerprint() ||
+        s.memory_pid != r.memory.pid || s.memory_fd != r.memory.fd ||
+        s.memory_bytes != r.memory.bytes || !r.memory.shm_name.empty()) {
+      error(client, r.id, codes::kAlreadyRegistered,
+            "this client is registered already, with other rank, layout or memory");
+      return;
+    }
+    reply_registered(client, r.id);
     return;
   }
   if (sessions_.contains(client)) {
@@ -133,6 +143,9 @@ void CacheService::handle_register(const std::string& client, TenantId tenant, u
   session.tenant = tenant;
   session.rank = r.rank;
   session.layout = r.layout;
+  session.memory_pid = r.memory.pid;
+  session.memory_fd = r.memory.fd;
+  session.memory_bytes = r.memory.bytes;
   session.memory = std::move(*memory);
   session.compute = device_.create_stream();
   session.engine = std::make_unique<TransferEngine>(device_, r.layout, session.memory->addresses(),
@@ -145,7 +158,11 @@ void CacheService::handle_register(const std::string& client, TenantId tenant, u
   log_info("client registered", {{"client", client_label(client)},
                                  {"tenant", tenant_of(client).name},
                                  {"rank", std::to_string(r.rank)}});
-  ok(client, r.id,
+  reply_registered(client, r.id);
+}
+
+void CacheService::reply_registered(const std::string& client, uint64_t id) {
+  ok(client, id,
      {{"boot_id", boot_id_},
       {"slot_bytes", pool_.slot_bytes()},
       {"max_batch", kMaxBatchRequests},

@@ -130,6 +130,27 @@ class KvtierdLookupTest : public ::testing::Test {
     EXPECT_TRUE(reply) << reply.error().message;
     return reply ? reply->field(name, ~0ull) : ~0ull;
   }
+  // Stores 8 chunks from key `first`, then sends rounds of many lookups queued at once until the
+  // I/O thread found several queued (it takes whatever is queued when it wakes) and sent them
+  // in one batch frame; each answer is checked.
+  void expect_batches(CacheClient& client, uint64_t first) {
+    const auto keys = test_keys(first, 8);
+    ASSERT_EQ(client.store(1, 0, keys, consecutive_blocks(0, 8, 4)).get().outcome,
+              Outcome::kCompleted);
+    bool batched = false;
+    for (int round = 0; round < 50 && !batched; ++round) {
+      std::vector<std::future<Result<server::LookupReply>>> futures;
+      for (size_t i = 0; i < 256; ++i)
+        futures.push_back(client.lookup({keys[i % 8], keys[(i + 1) % 8]}));
+      for (size_t i = 0; i < futures.size(); ++i) {
+        auto found = futures[i].get();
+        ASSERT_TRUE(found) << found.error().message;
+        EXPECT_EQ(found->hits, 2u) << i;
+      }
+      batched = stat(client, "batch_frames") > 0;
+    }
+    EXPECT_TRUE(batched) << "no batch frame in 50 rounds of 256 queued lookups";
+  }
   // F12: nothing held or pinned once every lock was released or expired, and a clean audit.
   void expect_no_lock_leaked(CacheClient& client) {
     EXPECT_TRUE(eventually([&] { return stat(client, "locks") == 0; }, 5s));
@@ -442,24 +463,25 @@ TEST_F(KvtierdLookupTest, ClientBatchesQueuedRequestsAndEveryFutureGetsItsReply)
   start();
   SharedKvRegion region;
   auto client = connect(region);
-  const auto keys = test_keys(70, 8);
-  ASSERT_EQ(client->store(1, 0, keys, consecutive_blocks(0, 8, 4)).get().outcome,
-            Outcome::kCompleted);
-  // Rounds of many lookups queued at once until the I/O thread found several queued (it takes
-  // whatever is queued when it wakes); each answer is checked.
-  bool batched = false;
-  for (int round = 0; round < 50 && !batched; ++round) {
-    std::vector<std::future<Result<server::LookupReply>>> futures;
-    for (size_t i = 0; i < 256; ++i)
-      futures.push_back(client->lookup({keys[i % 8], keys[(i + 1) % 8]}));
-    for (size_t i = 0; i < futures.size(); ++i) {
-      auto found = futures[i].get();
-      ASSERT_TRUE(found) << found.error().message;
-      EXPECT_EQ(found->hits, 2u) << i;
-    }
-    batched = stat(*client, "batch_frames") > 0;
-  }
-  EXPECT_TRUE(batched) << "no batch frame in 50 rounds of 256 queued lookups";
+  expect_batches(*client, 70);
+}
+
+// A REGISTER answered past the client's connect_timeout (the service thread is busy) is sent
+// again on the next PING; the server answers the same REGISTER again as it did the first, with
+// what it takes, so the client batches as after a timely reply (it used to be refused as
+// already_registered: the client then sent every request in its own frame).
+TEST_F(KvtierdLookupTest, AClientWhoseRegisterReplyCameLateRegistersAndBatches) {
+  start();
+  // The service thread stalls 2 s on a STATS; the PING behind it on the same socket, answered by
+  // the socket loop, says the STATS was received (and queued ahead of any later REGISTER).
+  BatchPeer staller(server_->endpoint());
+  staller.send_frame(
+      server::encode_request(Request{.id = 1, .op = Op::kStats, .hook = TestHook::kStall}));
+  ASSERT_TRUE(staller.call(Request{.id = 2, .op = Op::kPing}).ok);
+  SharedKvRegion region;
+  auto client = connect(region);  // fast_client: connect_timeout 1 s
+  EXPECT_GE(stat(*client, "op_REGISTER"), 2u) << "the first REGISTER was not late";
+  expect_batches(*client, 170);
 }
 
 // lookup_many: thousands of LOOKUPs (several batch frames) of different lengths, each answered
