@@ -318,6 +318,10 @@ const std::vector<Field>& config_fields() {
         server.field("max_pins", &ServerConfig::max_pins, integer_in(0, 1 << 24),
                      "Server side: keys one tenant may hold pinned (PIN); a tenant's max_pins in "
                      "the tenants file overrides it."),
+        server.field("max_sessions", &ServerConfig::max_sessions, integer_in(1, 1 << 20),
+                     "Server side: clients of one tenant registered at once (each holds a "
+                     "mapping of its memory and copy threads in kvtierd); one more REGISTER gets "
+                     "quota_exceeded. A tenant's max_sessions in the tenants file overrides it."),
         server.field("max_pin_ttl_s", &ServerConfig::max_pin_ttl_s, positive_seconds(),
                      "Server side: longest ttl_ms a PIN may ask for; a longer one gets "
                      "invalid_argument."),

@@ -115,6 +115,17 @@ void CacheService::handle_register(const std::string& client, TenantId tenant, u
     error(client, r.id, codes::kBusy, "the previous session still has transfers in flight");
     return;
   }
+  // Each session holds a mapping and copy threads here: a tenant's are bounded (a gone one
+  // counts until its transfers ended and it is dropped).
+  const TenantLimits& limits = tenants_[tenant].limits;
+  const auto sessions = std::ranges::count_if(
+      sessions_, [&](const auto& entry) { return entry.second.tenant == tenant; });
+  if (static_cast<uint64_t>(sessions) >= limits.max_sessions) {
+    send(client,
+         quota_exceeded(r.id, "the tenant has max_sessions (" +
+                                  std::to_string(limits.max_sessions) + ") clients registered"));
+    return;
+  }
   if (Status st = r.layout.validate(); !st) {  // byte sizes overflow-checked
     error(client, r.id, codes::kInvalidArgument, "layout: " + st.error().message);
     return;

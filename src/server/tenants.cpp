@@ -34,7 +34,8 @@ bool valid_name(std::string_view name) {
 }
 
 TenantLimits default_limits(const Config& config) {
-  return TenantLimits{.max_pins = config.server.max_pins};
+  return TenantLimits{.max_pins = config.server.max_pins,
+                      .max_sessions = config.server.max_sessions};
 }
 
 }  // namespace
@@ -111,11 +112,12 @@ Result<Tenants> Tenants::load(const std::filesystem::path& path, const Config& c
                           : key == "max_locks"        ? &tenant.limits.max_locks
                           : key == "max_transfers"    ? &tenant.limits.max_transfers
                           : key == "max_pins"         ? &tenant.limits.max_pins
+                          : key == "max_sessions"     ? &tenant.limits.max_sessions
                                                       : nullptr;
         if (limit == nullptr) {
           return bad(where + "unknown field '" + key +
                      "' (expected keys, max_slots, guaranteed_slots, max_locks, max_transfers, "
-                     "max_pins)");
+                     "max_pins, max_sessions)");
         }
         // Plain decimal, as the configuration's numbers (yaml-cpp would read 010 as 8, 0x10 as 16).
         const std::string text = f.second.IsScalar() ? f.second.Scalar() : std::string();

@@ -14,7 +14,7 @@
 //   stay reachable across restarts, and no client can choose a key that lands in another
 //   namespace (that is a BLAKE2b second preimage).
 // - Limits are per tenant (all its clients together); absent fields are unlimited, except pins
-//   (server.max_pins).
+//   (server.max_pins) and sessions (server.max_sessions).
 // Immutable once loaded: every thread may read it.
 #pragma once
 
@@ -46,6 +46,7 @@ struct TenantLimits {
   uint64_t max_locks = kUnlimited;      // read-locked keys (LOOKUP locks) of all its clients
   uint64_t max_transfers = kUnlimited;  // STORE/RETRIEVE in flight of all its clients
   uint64_t max_pins = 0;                // pinned keys (PIN); server.max_pins unless set
+  uint64_t max_sessions = 0;  // registered clients (REGISTER); server.max_sessions unless set
 };
 
 struct Tenant {

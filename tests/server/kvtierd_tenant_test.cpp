@@ -30,7 +30,8 @@ using server::CurveKeyPair;
 
 // Tenants: alice (at most 8 slots, 2 pins) and carol share the group "prompts"; bob keeps 16
 // slots whatever others store and has one transfer in flight at most; dave has no slot quota,
-// 3 pins and 2 read-locked keys; erin may have no transfer at all. mallory is nobody's.
+// 3 pins and 2 read-locked keys; erin may have no transfer at all and 2 clients registered at
+// once. mallory is nobody's.
 class KvtierdTenantTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -55,7 +56,7 @@ class KvtierdTenantTest : public ::testing::Test {
                                    ", max_pins: 3, max_locks: 2}\n"
                                    "  erin: {keys: " +
                                    key("erin") +
-                                   ", max_transfers: 0}\n"
+                                   ", max_transfers: 0, max_sessions: 2}\n"
                                    "sharing_groups:\n"
                                    "  prompts: [alice, carol]\n");
   }
@@ -290,6 +291,25 @@ TEST_F(KvtierdTenantTest, LockAndTransferQuotasAreQuotaExceeded) {
   EXPECT_EQ(none.outcome, Outcome::kFailed);
   EXPECT_NE(none.error.find("quota_exceeded"), std::string::npos) << none.error;
   server_->kill_now();  // the hung copies end with the process
+}
+
+// erin's max_sessions (2): a third client's REGISTER is quota_exceeded (the client stays
+// DEGRADED, saying so, and asks again on each heartbeat); another tenant's clients are not
+// erin's to count; once one of erin's clients unregistered, the third registers.
+TEST_F(KvtierdTenantTest, RegisteredClientsPastATenantsMaxSessionsAreRefused) {
+  start();
+  SharedKvRegion first_region, second_region, third_region, b_region;
+  auto first = connect("erin", first_region);
+  auto second = connect("erin", second_region);
+  auto bob = connect("bob", b_region);
+  auto third = std::make_unique<CacheClient>(options_for("erin"), third_region.registration());
+  ASSERT_TRUE(eventually([&] {
+    return third->health().reason.find("quota_exceeded") != std::string::npos;
+  })) << third->health().reason;
+  EXPECT_EQ(third->health().state, server::ClientState::kDegraded);
+  auto bobs_second = connect("bob", second_region);  // bob has no more than the default
+  ASSERT_TRUE(first->unregister().get());
+  EXPECT_TRUE(third->wait_until_ok(5s)) << third->health().reason;
 }
 
 TEST_F(KvtierdTenantTest, PinsHoldUnderEvictionPressureUntilUnpinned) {

@@ -183,6 +183,7 @@ struct ServerConfig {
   bool insecure = false;         // server: allow tcp:// without CURVE
   std::string ipc_group;         // server: group that may use an ipc:// socket (else owner only)
   uint32_t max_pins = 1024;      // server: pinned keys per tenant (default of the tenants file)
+  uint32_t max_sessions = 1024;  // server: registered clients per tenant (default of the file)
   double max_pin_ttl_s = 86400;  // server: longest PIN ttl
 
   bool operator==(const ServerConfig&) const = default;
