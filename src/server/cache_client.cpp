@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <random>
 #include <stdexcept>
 
@@ -145,7 +146,7 @@ void ClientImpl::enqueue_all(std::vector<Call> calls) {
   {
     std::lock_guard lock(outbox_mu_);
     if (stop_.load()) {
-      for (Call& call : calls) end_all(call, End::kLost, "client is closing");
+      for (Call& call : calls) end_all(call, End::kNotSent, "client is closing");
       return;
     }
     was_empty = outbox_.empty();
@@ -182,8 +183,8 @@ ClientImpl::Call ClientImpl::transfer_call(Request request, JobId job, Direction
         outcome = reply->code == codes::kUnprovable ? Outcome::kUnprovable : Outcome::kFailed;
         why = reply->code + ": " + reply->message;
       }
-    } else if (end == End::kNotSent) {
-      outcome = Outcome::kFailed;  // nothing reached the server: no copy can run
+    } else if (end == End::kNotSent || end == End::kNotStarted) {
+      outcome = Outcome::kFailed;  // nothing reached the server, or it ran no copy
     }
     if (outcome == Outcome::kUnprovable) mark_fail_stopped();  // F7
     p->set_value(transfer_result(job, direction, outcome, std::move(why)));
@@ -224,6 +225,9 @@ void ClientImpl::run() {
   dealer.set(zmq::sockopt::routing_id, routing_id_);
   dealer.set(zmq::sockopt::linger, 0);
   dealer.set(zmq::sockopt::immediate, 1);  // never queue for a server that is not connected
+  // A connected server is never refused a frame for a full queue: a send that fails means no
+  // connection (each queued request has its deadline; what is queued is what callers asked).
+  dealer.set(zmq::sockopt::sndhwm, 0);
   const auto reconnect = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::min<Duration>(options_.heartbeat_interval / 4, std::chrono::milliseconds(100)));
   dealer.set(zmq::sockopt::reconnect_ivl, std::max<int>(1, static_cast<int>(reconnect.count())));
@@ -242,8 +246,14 @@ void ClientImpl::run() {
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now);
     zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2,
-              std::max(std::chrono::milliseconds(0), wait + std::chrono::milliseconds(1)));
+    try {
+      zmq::poll(items, 2,
+                std::max(std::chrono::milliseconds(0), wait + std::chrono::milliseconds(1)));
+    } catch (const zmq::error_t& e) {
+      // A signal handled on this thread (the host process's, e.g. Python's) interrupts the
+      // poll: poll again. Anything else is a broken socket, which no retry mends.
+      if (e.num() != EINTR) throw;
+    }
     uint64_t count;
     while (read(wake_fd_, &count, sizeof count) > 0) {
     }
@@ -265,7 +275,7 @@ void ClientImpl::run() {
   lose_outstanding("client closed");
   for (Call& call : unsent) {
     for (size_t i = 0; i < call.size(); ++i) {
-      call.on_end(i, End::kLost, nullptr, "client closed");
+      call.on_end(i, End::kNotSent, nullptr, "client closed");
     }
   }
   dealer_ = nullptr;
@@ -280,8 +290,17 @@ void ClientImpl::send(Call call) {
 void ClientImpl::send_all(std::deque<Call>& calls) {
   // The requests of the frame being built (in frame_): (first id of their call, index in it).
   std::vector<std::pair<uint64_t, size_t>> members;
-  // Requests whose frame could not be sent; ended after the loop (an on_end may change sent_).
-  std::vector<std::pair<uint64_t, size_t>> failed;
+  // Requests not sent (their frame could not be, or they were refused here), with the reason;
+  // ended after the loop (an on_end may change sent_).
+  struct Unsent {
+    uint64_t first;
+    size_t index;
+    std::string why;
+  };
+  std::vector<Unsent> failed;
+  const std::string no_connection = "not sent: no connection to " + options_.endpoint;
+  // F7: a transfer queued before this client fail-stopped is not sent either.
+  const bool fail_stopped = health().fail_stopped;
   frame_.clear();
   const auto flush = [&] {
     if (members.empty()) return;
@@ -293,7 +312,9 @@ void ClientImpl::send_all(std::deque<Call>& calls) {
     } catch (const zmq::error_t&) {
       sent = false;  // a closed or broken socket: reported as not sent, below
     }
-    if (!sent) failed.insert(failed.end(), members.begin(), members.end());
+    if (!sent) {
+      for (const auto& [first, index] : members) failed.push_back({first, index, no_connection});
+    }
     members.clear();
     frame_.clear();
   };
@@ -309,6 +330,10 @@ void ClientImpl::send_all(std::deque<Call>& calls) {
     sent.ended.assign(n, false);
     deadlines_.emplace(sent.call.deadline, first);
     for (size_t i = 0; i < n; ++i) {
+      if (fail_stopped && sent.call.moves_data) {
+        failed.push_back({first, i, "skipped: this client fail-stopped (F7)"});
+        continue;
+      }
       std::string& bytes = frame_.bytes;
       const size_t before = bytes.size();
       if (sent.call.requests.empty()) {
@@ -317,6 +342,17 @@ void ClientImpl::send_all(std::deque<Call>& calls) {
         Request& request = sent.call.requests[i];
         request.id = first + i;
         append_request(bytes, request);
+      }
+      // The server answers a frame over its limit too_large without reading the id: refused
+      // here, the request ends now instead of at its deadline (a transfer Unprovable then).
+      if (const size_t size = bytes.size() - before;
+          max_frame_bytes_ > 0 && size > max_frame_bytes_) {
+        bytes.resize(before);
+        failed.push_back({first, i,
+                          "not sent: the request's " + std::to_string(size) +
+                              " bytes exceed the server's max_frame_bytes (" +
+                              std::to_string(max_frame_bytes_) + "): split it"});
+        continue;
       }
       if (!members.empty() && (members.size() >= max_batch_ ||
                                frame_.body_size() + BatchFrame::kHeaderRoom > max_frame_bytes_)) {
@@ -329,11 +365,10 @@ void ClientImpl::send_all(std::deque<Call>& calls) {
     }
   }
   flush();
-  for (const auto& [first, index] : failed) {
-    auto it = sent_.find(first);
+  for (Unsent& unsent : failed) {
+    auto it = sent_.find(unsent.first);
     if (it == sent_.end()) continue;  // lost meanwhile (ended as such)
-    end_request(it->second, index, End::kNotSent, nullptr,
-                "not sent: no connection to " + options_.endpoint);
+    end_request(it->second, unsent.index, End::kNotSent, nullptr, std::move(unsent.why));
   }
 }
 
@@ -415,13 +450,13 @@ void ClientImpl::expire(TimePoint now) {
   end_every(expired, End::kDeadline, "no reply by the deadline (F8)");
 }
 
-void ClientImpl::lose_outstanding(const std::string& why) {
+void ClientImpl::lose_outstanding(const std::string& why, End end) {
   std::vector<Sent> lost;  // in the order they were sent
   lost.reserve(sent_.size());
   for (auto& [first, sent] : sent_) lost.push_back(std::move(sent));
   sent_.clear();
   deadlines_.clear();
-  end_every(lost, End::kLost, why);
+  end_every(lost, end, why);
 }
 
 void ClientImpl::end_every(std::vector<Sent>& calls, End end, const std::string& why) {

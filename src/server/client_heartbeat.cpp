@@ -52,8 +52,11 @@ void ClientImpl::heartbeat(TimePoint now) {
 }
 
 void ClientImpl::on_pong(uint64_t boot_id) {
-  if (registered_ && boot_id != boot_id_) {
+  // Compared with the last registration's server also while unregistered: a restarted server
+  // may have said not_registered before its first PONG.
+  if (boot_id_ != 0 && boot_id != boot_id_) {
     forget_registration();
+    boot_id_ = 0;
     set_state(ClientState::kDegraded, "server restarted (boot id changed)");
     lose_outstanding("server restarted: its state is gone");
   }
@@ -69,7 +72,9 @@ void ClientImpl::on_server_lost(const std::string& why) {
   // outstanding transfers are Unprovable (F7); other requests fail as unavailable.
   // The state changes first, so that whoever sees a lost transfer's future sees DEGRADED too.
   if (health().state != ClientState::kShutdown) set_state(ClientState::kDegraded, why);
-  max_batch_ = 1;  // a server started anew may be another version: until it registers us
+  // Registered again once a server answers (the same one answers as before, with what it
+  // takes; one started anew may be another version): until then no batches.
+  forget_registration();
   lose_outstanding("server lost: " + why);
 }
 
@@ -88,7 +93,9 @@ void ClientImpl::on_registration_lost() {
 void ClientImpl::on_shutdown_event() {
   forget_registration();
   set_state(ClientState::kShutdown, "server shut down");
-  lose_outstanding("server shut down");
+  // The event follows the replies of every transfer the server started (it drained first):
+  // one still outstanding was refused or never read, and no copy of it ran.
+  lose_outstanding("server shut down before starting it", End::kNotStarted);
 }
 
 ClientImpl::Call ClientImpl::unregister_call(std::function<void(Result<Reply>)> done) {

@@ -22,8 +22,9 @@ namespace kvtier::server {
 class ClientImpl {
  public:
   // How a request ended: its reply arrived, its deadline passed, the server was lost while it
-  // was outstanding, or it was never sent.
-  enum class End { kReply, kDeadline, kLost, kNotSent };
+  // was outstanding, or it was never sent, or not started (its server shut down first: a
+  // draining kvtierd answers every transfer it started before its farewell event).
+  enum class End { kReply, kDeadline, kLost, kNotSent, kNotStarted };
   // One request, or several queued together (lookup_many): each has its own id and reply.
   struct Call {
     std::vector<Request> requests;
@@ -95,7 +96,8 @@ class ClientImpl {
   void end_every(std::vector<Sent>& calls, End end, const std::string& why);
   void receive_all();
   void expire(TimePoint now);
-  void lose_outstanding(const std::string& why);
+  // Ends every outstanding request: kLost (the server may still act on it) or kNotStarted.
+  void lose_outstanding(const std::string& why, End end = End::kLost);
   void mark_fail_stopped();
 
   // client_heartbeat.cpp

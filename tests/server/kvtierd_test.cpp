@@ -1,5 +1,8 @@
 // kvtierd against a real server process: the data path, locks, limits, liveness, shutdown.
 #include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <csignal>
 
 #include "kvtierd_process.h"
 #include "raw_peer.h"
@@ -185,6 +188,55 @@ TEST_F(KvtierdTest, LiveIdleClientIsNeverReaped) {
   EXPECT_EQ(idle->health().state, ClientState::kOk);
   auto found = idle->lookup(test_keys(1, 1)).get();
   EXPECT_TRUE(found) << found.error().message;  // still registered: not_registered otherwise
+}
+
+// F7/F11: a request larger than the server's max_frame_bytes (4096 here) would be answered
+// too_large with no id the client can match: it is refused before it is sent, so a STORE is
+// Failed at once (it used to wait for its deadline and turn Unprovable, fail-stopping the
+// client) and a LOOKUP is an error naming the limit.
+TEST_F(KvtierdTest, F7_ARequestOverTheServersFrameLimitIsFailedWithoutBeingSent) {
+  start();
+  SharedKvRegion region(1200);
+  auto client = connect(region);
+  const auto keys = test_keys(1, 300);
+  const TransferResult stored = client->store(1, 0, keys, consecutive_blocks(0, 300, 4)).get();
+  EXPECT_EQ(stored.outcome, Outcome::kFailed) << stored.error;
+  EXPECT_NE(stored.error.find("max_frame_bytes"), std::string::npos) << stored.error;
+  EXPECT_FALSE(client->fail_stopped());
+  auto found = client->lookup(keys).get();
+  ASSERT_FALSE(found);
+  EXPECT_NE(found.error().message.find("max_frame_bytes"), std::string::npos)
+      << found.error().message;
+  EXPECT_EQ(client->health().state, ClientState::kOk);
+  auto fits = client->lookup(test_keys(1, 10)).get();
+  EXPECT_TRUE(fits) << fits.error().message;
+}
+
+// A signal handled on the client's I/O thread (a host process's handler, e.g. Python's)
+// interrupts its poll; the client goes on (the interrupted poll used to end the process).
+TEST_F(KvtierdTest, ASignalHandledOnTheClientsThreadInterruptsNothing) {
+  start();
+  struct sigaction action {};
+  action.sa_handler = [](int) {};
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // no SA_RESTART: the poll returns EINTR
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGUSR1, &action, &before), 0);
+  SharedKvRegion region;
+  auto client = connect(region);  // its I/O thread takes SIGUSR1; this thread blocks it
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &usr1, nullptr), 0);
+  for (int i = 0; i < 50; ++i) {  // each while the I/O thread polls for the PONG
+    ASSERT_EQ(kill(getpid(), SIGUSR1), 0);
+    auto pong = client->ping().get();
+    ASSERT_TRUE(pong) << pong.error().message;
+  }
+  EXPECT_EQ(client->health().state, ClientState::kOk);
+  client.reset();
+  pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);
+  sigaction(SIGUSR1, &before, nullptr);
 }
 
 TEST_F(KvtierdTest, SlowHandlerNeverBlocksTheSocketLoop) {

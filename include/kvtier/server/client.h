@@ -7,7 +7,9 @@
 //   use request_timeout, STORE/RETRIEVE use transfer_deadline.
 // - STORE/RETRIEVE futures resolve to a TransferResult: Completed on success; Failed on an
 //   error reply (the server answers a failed transfer only after its copies on this client's
-//   memory stopped, F11) or when the request was never sent (cache degraded, no connection);
+//   memory stopped, F11), when the request was never sent (cache degraded, no connection, a
+//   request larger than the server's max_frame_bytes), or when it is outstanding as the server's
+//   SHUTDOWN event arrives (the server answered every transfer it started before the event);
 //   Unprovable on an "unprovable" error reply, at the deadline, or when the server is lost
 //   while it is outstanding (the connection is gone, or the boot id changed). Unprovable means:
 //   keep the blocks' leases forever and fail stop (F7); fail_stopped() turns true and stays, and
@@ -20,7 +22,7 @@
 //   recomputes, H7). The client keeps pinging, re-registers with a server that came back, and turns
 //   OK again. A SHUTDOWN event from the server turns it SHUTDOWN until a server answers again.
 // - Every connect and wait is bounded; the destructor resolves what is outstanding (transfers
-//   Unprovable) and returns promptly.
+//   sent: Unprovable; not yet sent: Failed) and returns promptly.
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
