@@ -41,11 +41,13 @@ std::optional<Redirect> parse_redirect(std::string_view error) {
 // Error replies that say the node cannot serve keys now, rather than that this key failed.
 // An error that is the node's state, not the command's: the node takes no keys now (OOM: past
 // its maxmemory under noeviction; MISCONF: its snapshots fail; READONLY, MASTERDOWN: it is a
-// replica or lost its master).
+// replica or lost its master; BUSY: a script or module command runs on it; NOAUTH, NOPERM,
+// WRONGPASS: it refuses this client; its client limit reached).
 bool node_unavailable(const RedisReply& reply) {
   if (!reply.is_error()) return false;
   for (const std::string_view state :
-       {"CLUSTERDOWN", "LOADING", "OOM", "MISCONF", "READONLY", "MASTERDOWN"}) {
+       {"CLUSTERDOWN", "LOADING", "OOM", "MISCONF", "READONLY", "MASTERDOWN", "BUSY", "NOAUTH",
+        "NOPERM", "WRONGPASS", "ERR max number of clients"}) {
     if (reply.text.starts_with(state)) return true;
   }
   return false;
