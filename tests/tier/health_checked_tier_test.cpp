@@ -168,6 +168,27 @@ TEST(HealthCheckedTier, H7_APartDownIsDegradedNotDownAndItsKeysAreSkipped) {
   EXPECT_EQ(rig.fake->part_probes(), 1);
 }
 
+// A probe that raises is a failed probe: the state is not left probing, so the next probe runs
+// when due and a recovered part comes back (it used to stay DOWN for good).
+TEST(HealthState, H7_AProbeThatRaisesFailsAndTheNextOneStillRuns) {
+  ManualClock clock;
+  HealthState state(
+      HealthOptions{.probe_initial = 1s, .probe_max = 4s, .probe_timeout = 1s, .clock = &clock});
+  state.mark_down("broken");
+  clock.advance(1s);
+  EXPECT_THROW(state.admit([]() -> Status { throw std::runtime_error("probe bug"); }),
+               std::runtime_error);
+  EXPECT_FALSE(state.up());
+  clock.advance(2s);  // the backoff doubled
+  bool probed = false;
+  EXPECT_TRUE(state.admit([&]() -> Status {
+    probed = true;
+    return {};
+  }));
+  EXPECT_TRUE(probed);
+  EXPECT_TRUE(state.up());
+}
+
 TEST(HealthCheckedTier, RejectsBadOptions) {
   EXPECT_THROW(HealthCheckedTier(nullptr, {}), std::invalid_argument);
   EXPECT_THROW(

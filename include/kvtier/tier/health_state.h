@@ -8,7 +8,7 @@
 //   (on its own thread, without the lock): success makes it UP and lets that call through,
 //   failure doubles the backoff, up to probe_max. A mark_down() while DOWN records the error
 //   and leaves the probe time alone (a call that raced the first failure). probe_now() runs
-//   the probe whether or not it is due.
+//   the probe whether or not it is due. A probe that raises is a failed probe.
 //
 // Thread-safety: any thread. One probe runs at a time; admit() refuses calls meanwhile.
 #pragma once
@@ -57,7 +57,7 @@ class HealthState {
       case Admit::kProbe:
         break;
     }
-    return end_probe(probe());
+    return run_probe(probe);
   }
   // Runs `probe` now if DOWN and no probe is running; whether it is UP afterwards.
   template <class Probe>
@@ -70,7 +70,7 @@ class HealthState {
       case Admit::kProbe:
         break;
     }
-    return end_probe(probe());
+    return run_probe(probe);
   }
   // A call failed: DOWN (see above).
   void mark_down(const std::string& error);
@@ -78,6 +78,18 @@ class HealthState {
  private:
   enum class Admit { kUp, kRefused, kProbe };
   Admit begin_admit(bool force);
+  // A probe that raises fails (and the exception goes on): the next one still runs when due.
+  template <class Probe>
+  bool run_probe(Probe& probe) {
+    Status result;
+    try {
+      result = probe();
+    } catch (...) {
+      end_probe(make_error(ErrorCode::kInternal, "the probe raised an exception"));
+      throw;
+    }
+    return end_probe(result);
+  }
   bool end_probe(const Status& result);
 
   const HealthOptions options_;
