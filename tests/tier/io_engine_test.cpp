@@ -165,6 +165,53 @@ TEST_P(IoEngineTest, LargeReadsCompletingTogetherAreEachCompletedOnceWithTheirBy
   }
 }
 
+// A prepare that raises (an allocation that failed) stops the run as the deadline does: every
+// request already prepared completes first (the kernel may be writing its buffers), then run()
+// raises, and the engine serves the next runs (a ring is not lost with the exception).
+TEST_P(IoEngineTest, APrepareThatRaisesEndsTheRunOnlyAfterWhatWasSubmitted) {
+  constexpr size_t n = 8;
+  std::vector<AlignedBuffer> bufs(n);
+  for (size_t i = 0; i < n; ++i) {
+    bufs[i].reserve(4096);
+    testing::fill_pattern(bufs[i].data(), 4096, i);
+  }
+  const auto prepare_write = [&](size_t i, IoRequest& r) {
+    r.fd = fd_;
+    r.offset = i * 4096;
+    r.write = true;
+    r.add(bufs[i].data(), 4096);
+  };
+  for (int round = 0; round < 3; ++round) {  // more rounds than the engine has rings
+    std::atomic<int> prepared{0}, completed{0};
+    EXPECT_THROW(engine_->run(
+                     n, 4,
+                     [&](size_t i, IoSlot&, IoRequest& r) {
+                       if (i == 3) throw std::bad_alloc();
+                       prepare_write(i, r);
+                       ++prepared;
+                       return true;
+                     },
+                     [&](size_t, IoSlot&, int64_t result) {
+                       EXPECT_EQ(result, 4096);
+                       ++completed;
+                     },
+                     SteadyClock::instance().now() + 10s),
+                 std::bad_alloc);
+    EXPECT_GE(prepared.load(), 3);
+    EXPECT_EQ(completed.load(), prepared.load()) << "round " << round;
+  }
+  std::atomic<int> completed{0};
+  EXPECT_EQ(engine_->run(
+                n, 4,
+                [&](size_t i, IoSlot&, IoRequest& r) {
+                  prepare_write(i, r);
+                  return true;
+                },
+                [&](size_t, IoSlot&, int64_t) { ++completed; }, SteadyClock::instance().now() + 2s),
+            n);
+  EXPECT_EQ(completed.load(), static_cast<int>(n));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, IoEngineTest,
                          ::testing::Values(IoBackend::kIoUring, IoBackend::kThreads),
                          [](const auto& info) {

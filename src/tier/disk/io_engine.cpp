@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <vector>
 
@@ -26,6 +28,27 @@ constexpr size_t kParallelVerifyBytes = size_t{1} << 20;
 bool past(TimePoint deadline) {
   return SteadyClock::instance().now() >= deadline;
 }
+
+// The first exception a prepare or complete raised in one run() (several threads may raise):
+// run() starts nothing more, waits for what is in flight (the kernel may still be writing the
+// caller's buffers), then raises it.
+class FirstException {
+ public:
+  void keep(std::exception_ptr e) {
+    std::lock_guard lock(mutex_);
+    if (!first_) first_ = std::move(e);
+    has_.store(true);
+  }
+  bool has() const { return has_.load(); }
+  void rethrow_if_any() {
+    if (has_.load()) std::rethrow_exception(first_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr first_;
+  std::atomic<bool> has_{false};
+};
 
 // ---- io_uring ----
 
@@ -88,6 +111,7 @@ class Ring {
     size_t next = 0;
     size_t inflight = 0;
     bool expired = false;
+    FirstException raised;
 
     const auto refill = [&] {
       size_t queued = 0;  // bytes and requests prepared since the last submission
@@ -100,7 +124,15 @@ class Ring {
         const uint32_t s = free_slots.back();
         const size_t item = next++;
         IoRequest request;
-        if (!prepare(item, slots_[s], request)) continue;
+        bool prepared = false;
+        try {
+          prepared = prepare(item, slots_[s], request);
+        } catch (...) {
+          raised.keep(std::current_exception());
+          expired = true;  // nothing more starts; what is in flight is waited for
+          break;
+        }
+        if (!prepared) continue;
         free_slots.pop_back();
         slot_item_[s] = item;
         slot_read_bytes_[s] = request.write ? 0 : request.bytes();
@@ -151,7 +183,11 @@ class Ring {
       // once, and the last ones of a batch have nothing in flight behind them) are verified
       // in parallel.
       const auto finish = [&](size_t k) {
-        complete(slot_item_[done[k].slot], slots_[done[k].slot], done[k].result);
+        try {
+          complete(slot_item_[done[k].slot], slots_[done[k].slot], done[k].result);
+        } catch (...) {
+          raised.keep(std::current_exception());
+        }
       };
       size_t reads = 0, read_bytes = 0;  // a write's completion is bookkeeping only
       for (const Done& d : done) {
@@ -165,7 +201,9 @@ class Ring {
       }
       for (const Done& d : done) free_slots.push_back(d.slot);
       done.clear();
+      if (raised.has()) expired = true;
     }
+    raised.rethrow_if_any();
     return next;
   }
 
@@ -217,13 +255,19 @@ class UringEngine final : public IoEngine {
       ring = std::move(free_.back());
       free_.pop_back();
     }
-    const size_t ran = ring->run(n, depth, prepare, complete, deadline, helpers_.get());
-    {
-      std::lock_guard lock(mutex_);
-      free_.push_back(std::move(ring));
-    }
-    cv_.notify_one();
-    return ran;
+    // The ring goes back also when run() raises: its requests have all completed then.
+    struct GiveBack {
+      UringEngine& engine;
+      std::unique_ptr<Ring>& ring;
+      ~GiveBack() {
+        {
+          std::lock_guard lock(engine.mutex_);
+          engine.free_.push_back(std::move(ring));
+        }
+        engine.cv_.notify_one();
+      }
+    } give_back{*this, ring};
+    return ring->run(n, depth, prepare, complete, deadline, helpers_.get());
   }
 
   IoBackend backend() const override { return IoBackend::kIoUring; }
@@ -267,15 +311,22 @@ class ThreadEngine final : public IoEngine {
 
   size_t run(size_t n, size_t, const Prepare& prepare, const Complete& complete,
              TimePoint deadline) override {
+    FirstException raised;
     const std::vector<bool> ran = pool_.run(
         n,
         [&](size_t item) {
+          if (raised.has()) return;  // nothing more starts
           std::unique_ptr<IoSlot> slot = take_slot();
-          IoRequest request;
-          if (prepare(item, *slot, request)) complete(item, *slot, transfer(request));
+          try {
+            IoRequest request;
+            if (prepare(item, *slot, request)) complete(item, *slot, transfer(request));
+          } catch (...) {
+            raised.keep(std::current_exception());
+          }
           give_slot(std::move(slot));
         },
         deadline);
+    raised.rethrow_if_any();
     // The pool claims items in order, so the ones that ran are a prefix.
     size_t count = 0;
     while (count < ran.size() && ran[count]) ++count;

@@ -8,6 +8,9 @@
 // Nothing is prepared once the deadline has passed; requests already submitted are waited for
 // (their buffers are the caller's), so run() overruns the deadline by at most one IO time.
 // run() returns how many items were prepared: items [0, returned) ran, the rest never started.
+// A prepare or complete that raises stops the run as the deadline does: nothing more is
+// prepared, every request submitted is completed (complete called), and run() then raises the
+// first exception.
 //
 // Two implementations:
 // - io_uring (liburing): a pool of rings, one per concurrent run(); each run submits its
