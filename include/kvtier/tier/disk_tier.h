@@ -180,7 +180,17 @@ class DiskTier final : public Tier {
   // moves[i], and keep its LRU place.
   WriteResult write_records(std::span<const ChunkKey> keys, std::span<const Source> sources,
                             std::span<const Move> moves, TimePoint deadline);
+  // A record of a segment being compacted.
+  struct Live {
+    ChunkKey key;
+    uint64_t offset;
+    uint64_t payload_bytes;
+  };
+  // Compacts the segment whose live fraction is lowest below compact_below, if one is due; an
+  // exception leaves compaction due again, not off.
   void maybe_compact(TimePoint deadline);
+  // Moves `victim`'s intact records `live` to the active segment, and retires it once empty.
+  void compact(const SegmentPtr& victim, std::vector<Live>& live, TimePoint deadline);
 
   // Called with mutex_ held.
   // The segments a call found present (vanished_locked): each is checked once per call, not

@@ -880,11 +880,6 @@ Result<std::vector<ChunkStatus>> DiskTier::do_get(std::span<const ChunkKey> keys
 
 void DiskTier::maybe_compact(TimePoint deadline) {
   SegmentPtr victim;
-  struct Live {
-    ChunkKey key;
-    uint64_t offset;
-    uint64_t payload_bytes;
-  };
   std::vector<Live> live;
   {
     std::lock_guard lock(mutex_);
@@ -900,12 +895,26 @@ void DiskTier::maybe_compact(TimePoint deadline) {
     }
     compaction_due_ = false;
     if (!victim) return;
-    victim->compacting = true;
-    compacting_ = true;
     for (const auto& [key, e] : index_) {
       if (e.segment == victim) live.push_back({key, e.offset, e.payload_bytes});
     }
+    victim->compacting = true;
+    compacting_ = true;
   }
+  try {
+    compact(victim, live, deadline);
+  } catch (...) {
+    // An allocation that failed: compaction stays on (the next new segment tries again), and
+    // the victim may be retired once empty.
+    std::lock_guard lock(mutex_);
+    victim->compacting = false;
+    compacting_ = false;
+    compaction_due_ = true;
+    throw;
+  }
+}
+
+void DiskTier::compact(const SegmentPtr& victim, std::vector<Live>& live, TimePoint deadline) {
   std::ranges::sort(live, {}, &Live::offset);
 
   // In groups of at most kCompactGroupBytes: read and verify, then append.
