@@ -89,6 +89,9 @@ class DiskTier final : public Tier {
   // kInvalidArgument for an empty path, zero threads or queue depth, a capacity below four
   // segments of 8 KiB, or compact_below outside [0, 1); kUnavailable when the directory cannot
   // be made or read, another DiskTier holds it, or io = kIoUring and io_uring is unavailable.
+  // SIGXFSZ is ignored from then on where it had its default action (ending the process): a
+  // file size limit (RLIMIT_FSIZE) then fails a segment's allocation with EFBIG, and the tier is
+  // DOWN until there is room (H7).
   static Result<std::unique_ptr<DiskTier>> open(const DiskTierOptions& options);
   ~DiskTier() override;
 

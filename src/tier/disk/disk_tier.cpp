@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <system_error>
@@ -106,6 +107,10 @@ DiskTier::~DiskTier() {
 }
 
 Result<std::unique_ptr<DiskTier>> DiskTier::open(const DiskTierOptions& options) {
+  if (struct sigaction current{};
+      ::sigaction(SIGXFSZ, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    std::signal(SIGXFSZ, SIG_IGN);  // see the header: EFBIG instead of the end of the process
+  }
   if (options.directory.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "disk tier: directory is empty");
   }
