@@ -451,6 +451,69 @@ TEST(RedisTier, H7_AClusterMasterAnsweringClusterDownIsDownNotAKeyError) {
   }
 }
 
+// A listening port whose connection attempts get no answer, as a master's host that lost power
+// or is cut off: its accept queue is full (and never read), so new SYNs are dropped.
+class BlackHole {
+ public:
+  BlackHole() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(listener_, 0), 0);
+    EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+    port_ = ntohs(addr.sin_port);
+    for (int i = 0; i < 3; ++i) {  // fill the queue
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      static_cast<void>(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr));
+      fillers_.push_back(fd);
+    }
+  }
+  ~BlackHole() {
+    for (int fd : fillers_) ::close(fd);
+    ::close(listener_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int listener_ = -1;
+  int port_ = 0;
+  std::vector<int> fillers_;
+};
+
+// H7: a master whose connection attempts get no answer is down and its keys are skipped, while
+// the other master answers in the same call (it used to time out too, after the first took the
+// whole call's time connecting, and be marked down with it: the whole tier down).
+TEST(RedisTier, H7_AMasterThatNeverAnswersAConnectIsDownAloneNotTheWholeCluster) {
+  auto tier_key = [](uint64_t id) { return redis_key_prefix(kNamespace) + key(id).hex(); };
+  uint64_t on_a = 0, on_b = 0;
+  while (redis_key_slot(tier_key(on_a)) >= 8192) ++on_a;
+  while (redis_key_slot(tier_key(on_b)) < 8192) ++on_b;
+  const std::vector<std::byte> payload = chunk(on_a, 100);
+  const std::vector<std::byte> record = encode_chunk_record(key(on_a), payload);
+  const std::string value(reinterpret_cast<const char*>(record.data()), record.size());
+  BlackHole b;
+  const std::string slots =
+      "*2\r\n*3\r\n:0\r\n:8191\r\n*2\r\n$9\r\n127.0.0.1\r\n:{port}\r\n"
+      "*3\r\n:8192\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" +
+      std::to_string(b.port()) + "\r\n";
+  ScriptedServer a({slots, "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n"});
+  HealthCheckedTier tier(open_tier(a.url(), kNamespace, /*pool_size=*/1), {});
+  const std::vector<ChunkKey> ks = {key(on_b), key(on_a)};
+  std::vector<std::byte> x(payload.size()), y(payload.size());
+  const std::vector<std::span<std::byte>> dst = {x, y};
+  Result<std::vector<ChunkStatus>> r = tier.get(ks, dst, kRedisTimeout);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(*r, (std::vector{ChunkStatus::kSkipped, ChunkStatus::kOk}));
+  EXPECT_EQ(y, payload);
+  EXPECT_EQ(tier.state(), TierState::kDegraded);
+  const TierMetrics m = tier.metrics();
+  ASSERT_EQ(m.down_parts.size(), 1u);
+  EXPECT_EQ(m.down_parts[0].name, "127.0.0.1:" + std::to_string(b.port()));
+}
+
 TEST(RedisTier, UnreachableServerFailsTheCallNotTheOpen) {
   const int port = bench::free_loopback_port();
   auto tier = open_tier("redis://127.0.0.1:" + std::to_string(port));

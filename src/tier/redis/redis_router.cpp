@@ -55,6 +55,15 @@ bool node_unavailable(const RedisReply& reply) {
 
 }  // namespace
 
+// How long a call waits for its connections: half its time. Masters are connected one after
+// another before any is asked, so one whose host never answers a connect (lost power, cut off)
+// would take the whole call's time, and every other master would then time out too, and be
+// marked down with it; this way they keep half the time to answer.
+TimePoint connect_deadline(TimePoint deadline) {
+  const TimePoint now = SteadyClock::instance().now();
+  return deadline <= now ? deadline : now + (deadline - now) / 2;
+}
+
 // The commands of one batch that go to one node.
 struct RedisRouter::Group {
   RedisEndpoint node;
@@ -107,8 +116,9 @@ std::vector<Result<RedisReply>> RedisRouter::run_on_each(std::span<const RedisEn
   std::vector<Result<RedisReply>> replies;
   std::vector<std::unique_ptr<RedisConnection>> connections;
   std::vector<RedisConnection*> running;
+  const TimePoint connect_by = connect_deadline(deadline);
   for (const RedisEndpoint& node : nodes) {
-    Result<std::unique_ptr<RedisConnection>> c = pool_for(node).borrow(deadline);
+    Result<std::unique_ptr<RedisConnection>> c = pool_for(node).borrow(connect_by);
     if (!c) {
       replies.emplace_back(std::unexpected(c.error()));
       connections.emplace_back();
@@ -256,7 +266,7 @@ std::string RedisRouter::down_summary() {
 
 // ---- batches ----
 
-void RedisRouter::stripe(Group& g, std::span<const RedisCommand> commands, TimePoint deadline,
+void RedisRouter::stripe(Group& g, std::span<const RedisCommand> commands, TimePoint connect_by,
                          std::vector<Group>& stripes) {
   size_t value_bytes = 0;
   for (size_t i : g.which) {
@@ -266,7 +276,7 @@ void RedisRouter::stripe(Group& g, std::span<const RedisCommand> commands, TimeP
       {connections_per_node_, g.which.size(), std::max<size_t>(1, value_bytes / kStripeBytes)});
   std::vector<std::unique_ptr<RedisConnection>> more;
   while (more.size() + 1 < wanted) {
-    std::unique_ptr<RedisConnection> c = pool_for(g.node).try_borrow(deadline);
+    std::unique_ptr<RedisConnection> c = pool_for(g.node).try_borrow(connect_by);
     if (!c) break;
     more.push_back(std::move(c));
   }
@@ -321,18 +331,19 @@ Result<BatchReplies> RedisRouter::execute(std::span<const RedisCommand> commands
     }
     std::vector<RedisConnection*> running;
     std::vector<Group> stripes;
+    const TimePoint connect_by = connect_deadline(deadline);
     for (Group& g : groups) {
       if (cluster && !health_of(g.node).up()) {  // probed by probe_down_nodes(), not here
         for (size_t i : g.which) out.outcomes[i] = CommandOutcome::kSkipped;
         continue;
       }
-      Result<std::unique_ptr<RedisConnection>> c = pool_for(g.node).borrow(deadline);
+      Result<std::unique_ptr<RedisConnection>> c = pool_for(g.node).borrow(connect_by);
       if (!c) {
         node_failed(g, 0, c.error());
         continue;
       }
       g.connection = std::move(*c);
-      stripe(g, commands, deadline, stripes);
+      stripe(g, commands, connect_by, stripes);
     }
     for (Group& g : stripes) groups.push_back(std::move(g));
     stripes.clear();

@@ -81,7 +81,7 @@ class RedisRouter {
   static constexpr size_t kStripeBytes = size_t{1} << 20;
   // Splits g (whose connection is borrowed) into up to connections_per_node_ groups of about
   // kStripeBytes or more, on connections free now; the new groups are appended to `stripes`.
-  void stripe(Group& g, std::span<const RedisCommand> commands, TimePoint deadline,
+  void stripe(Group& g, std::span<const RedisCommand> commands, TimePoint connect_by,
               std::vector<Group>& stripes);
 
   Status ensure_topology(TimePoint deadline);
