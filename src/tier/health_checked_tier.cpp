@@ -66,7 +66,13 @@ bool HealthCheckedTier::admit() {
 }
 
 TierState HealthCheckedTier::probe_if_due() {
-  if (admit()) inner_->probe_down_parts();
+  if (admit()) {
+    // Out of memory or threads there: the parts stay down, probed again when due.
+    static_cast<void>(guarded(*inner_, [&]() -> Status {
+      inner_->probe_down_parts();
+      return {};
+    }));
+  }
   return state();
 }
 
