@@ -451,6 +451,30 @@ TEST(RedisTier, H7_AClusterMasterAnsweringClusterDownIsDownNotAKeyError) {
   }
 }
 
+// A seed node still loading its data when first asked for the slot map says nothing of whether
+// it is in a cluster: the call fails, and the next one asks again (it used to be taken for a
+// single server until a redirection came).
+TEST(RedisTier, H7_ASeedLoadingItsDataIsAskedForTheSlotMapAgain) {
+  const std::vector<std::byte> payload = chunk(7, 100);
+  const std::vector<std::byte> record = encode_chunk_record(key(7), payload);
+  const std::string value(reinterpret_cast<const char*>(record.data()), record.size());
+  ScriptedServer a({"-LOADING Redis is loading the dataset in memory\r\n",
+                    "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:{port}\r\n",
+                    "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n"});
+  auto tier = open_tier(a.url(), kNamespace, /*pool_size=*/1);
+  ASSERT_NE(tier, nullptr);
+  std::vector<std::byte> x(payload.size());
+  const std::vector<std::span<std::byte>> dst = {x};
+  Result<std::vector<ChunkStatus>> first = tier->get(std::vector{key(7)}, dst, kRedisTimeout);
+  ASSERT_FALSE(first);
+  EXPECT_NE(first.error().message.find("LOADING"), std::string::npos) << first.error().message;
+  Result<std::vector<ChunkStatus>> second = tier->get(std::vector{key(7)}, dst, kRedisTimeout);
+  ASSERT_TRUE(second) << second.error().to_string();
+  EXPECT_TRUE(tier->cluster_mode());
+  EXPECT_EQ(*second, std::vector{ChunkStatus::kOk});
+  EXPECT_EQ(x, payload);
+}
+
 // A listening port whose connection attempts get no answer, as a master's host that lost power
 // or is cut off: its accept queue is full (and never read), so new SYNs are dropped.
 class BlackHole {

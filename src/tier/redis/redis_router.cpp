@@ -149,7 +149,14 @@ Result<bool> RedisRouter::load_topology(const RedisEndpoint& node, TimePoint dea
   Result<RedisReply> reply = run_one(node, {"CLUSTER", "SLOTS"}, deadline);
   if (!reply) return std::unexpected(reply.error());
   const RedisReply& r = *reply;
-  if (r.is_error()) return false;  // "ERR This instance has cluster support disabled"
+  if (r.is_error()) {
+    // A node that cannot answer now (loading its data, busy, refusing this client) says nothing
+    // of whether it is in a cluster: asked again on the next call.
+    if (node_unavailable(r)) {
+      return make_error(ErrorCode::kUnavailable, "redis " + node.to_string() + ": " + r.text);
+    }
+    return false;  // "ERR This instance has cluster support disabled"
+  }
   if (r.type != RedisReply::Type::kArray) {
     return make_error(ErrorCode::kInternal, "redis: unexpected CLUSTER SLOTS reply");
   }
