@@ -96,6 +96,12 @@ CacheService::CacheService(const ServerOptions& options, const Tenants& tenants,
 }
 
 CacheService::~CacheService() {
+  stop();
+}
+
+void CacheService::stop() {
+  if (stopped_) return;
+  stopped_ = true;
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -349,6 +355,7 @@ void CacheService::drop_gone_sessions() {
 void CacheService::destroy_session(Session& session) {
   if (session.quarantined) {
     // F7: copies may still touch the engine's streams and the client's memory. Keep both.
+    copies_may_run_ = true;
     static_cast<void>(session.engine.release());
     retained_memory_.push_back(std::move(session.memory));
     retained_memory_.back()->retain_forever();

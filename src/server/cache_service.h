@@ -154,7 +154,12 @@ class CacheService {
                Device& device, FaultInjectingDevice* fault, HostPool& pool, uint64_t boot_id,
                const LoopCounters& loop, ReplyFn reply, std::function<void()> drained,
                std::vector<MoverTier> tiers = {});
-  ~CacheService();  // stops and joins the thread
+  ~CacheService();  // stop()s
+  // Stops and joins the thread and ends the sessions; once.
+  void stop();
+  // After stop(): whether an Unprovable transfer's copies may still run (a session was
+  // quarantined: its engine and memory are kept, F7), so the pool and devices must outlive it.
+  bool copies_may_run() const { return copies_may_run_; }
 
   void start();
   void post(Envelope envelope);
@@ -306,6 +311,8 @@ class CacheService {
   std::atomic<bool> shutdown_requested_ = false;  // written under mu_
   bool stop_ = false;
   std::thread thread_;
+  bool stopped_ = false;
+  bool copies_may_run_ = false;  // a quarantined session was ended (destroy_session)
 };
 
 }  // namespace kvtier::server

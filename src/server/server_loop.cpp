@@ -91,8 +91,21 @@ class SocketLoop {
 
   SocketLoop(const SocketLoop&) = delete;
   SocketLoop& operator=(const SocketLoop&) = delete;
-  // The service (and its thread) goes first: it uses the pool, the device and push_.
-  ~SocketLoop() { service_.reset(); }
+  // The service (and its thread) goes first: it uses the pool, the device and push_. Where an
+  // Unprovable transfer's copies may still run (F7), the pool they copy to and the devices that
+  // run them are left to the process's end: unmapping the pool under them, or releasing a hung
+  // copy (the fault device's end) over it, would crash the process at exit.
+  ~SocketLoop() {
+    if (!service_) return;
+    service_->stop();
+    const bool copies_may_run = service_->copies_may_run();
+    service_.reset();
+    if (copies_may_run) {
+      static_cast<void>(pool_.release());
+      static_cast<void>(fault_.release());
+      static_cast<void>(host_.release());
+    }
+  }
 
   // Until a request or a reply arrives, at most kPollInterval.
   void wait();
@@ -169,7 +182,7 @@ class SocketLoop {
   BatchFrame answers_;   // the replies to it given at once (Answers)
   const Duration client_timeout_;
   const uint32_t max_in_flight_;
-  HostDevice host_;
+  std::unique_ptr<HostDevice> host_;
   std::unique_ptr<FaultInjectingDevice> fault_;  // under test hooks
   std::unique_ptr<HostPool> pool_;
   Tenants tenants_;
@@ -194,12 +207,12 @@ SocketLoop::SocketLoop(const ServerOptions& options, uint64_t boot_id)
       limits_{.max_frame_bytes = options.config.server.max_frame_bytes},
       client_timeout_(seconds_to_duration(options.config.server.client_timeout_s)),
       max_in_flight_(options.config.server.max_requests_in_flight),
-      host_(HostDevice::kDefaultMaxDescriptorsPerCall,
-            effective_copy_threads(options.config.server)),
+      host_(std::make_unique<HostDevice>(HostDevice::kDefaultMaxDescriptorsPerCall,
+                                         effective_copy_threads(options.config.server))),
       tenants_(Tenants::single(options.config)),
       router_(context_, zmq::socket_type::router),
       replies_(context_, zmq::socket_type::pull) {
-  if (options.test_hooks) fault_ = std::make_unique<FaultInjectingDevice>(host_, FaultPlan{});
+  if (options.test_hooks) fault_ = std::make_unique<FaultInjectingDevice>(*host_, FaultPlan{});
 }
 
 Result<std::unique_ptr<SocketLoop>> SocketLoop::setup(const ServerOptions& options,
@@ -207,7 +220,7 @@ Result<std::unique_ptr<SocketLoop>> SocketLoop::setup(const ServerOptions& optio
   const Config& config = options.config;
   if (Status st = config.validate(); !st) return std::unexpected(st.error());
   std::unique_ptr<SocketLoop> loop(new SocketLoop(options, boot_id));
-  Device& device = loop->fault_ ? static_cast<Device&>(*loop->fault_) : loop->host_;
+  Device& device = loop->fault_ ? static_cast<Device&>(*loop->fault_) : *loop->host_;
 
   const size_t slot_bytes = config.kv_layout().max_chunk_bytes();
   const size_t num_slots = config.cache.host_bytes / slot_bytes;
@@ -254,7 +267,7 @@ Result<std::unique_ptr<SocketLoop>> SocketLoop::setup(const ServerOptions& optio
 
   SocketLoop* l = loop.get();
   loop->service_ = std::make_unique<CacheService>(
-      options, loop->tenants_, loop->host_, device, loop->fault_.get(), *loop->pool_, boot_id,
+      options, loop->tenants_, *loop->host_, device, loop->fault_.get(), *loop->pool_, boot_id,
       loop->counters_,
       [l](const std::string& client, const Reply& reply) {
         zmq::socket_t& s = l->push_socket();

@@ -161,6 +161,22 @@ TEST_F(KvtierdFaultTest, F7_ServerKilledMidTransferIsUnprovableNeverCompleted) {
   EXPECT_EQ(client->health().state, ClientState::kDegraded);
 }
 
+// F7: copies of an Unprovable transfer may still run when kvtierd stops (here: hung until the
+// process ends). The pool they copy to stays mapped to the end, and the process exits 0 after
+// its drain (it used to unmap the pool, then release the hung copy over it: SIGSEGV).
+TEST_F(KvtierdFaultTest, F7_AServerWithAnUnprovableTransferStillExitsCleanly) {
+  start({"transfer.transfer_deadline_s=1"});
+  SharedKvRegion region;
+  auto client = connect(region);
+  const TransferResult stored = client
+                                    ->store(1, 0, test_keys(70, 2), consecutive_blocks(0, 2, 4),
+                                            server::TestHook::kHangCopies)
+                                    .get();
+  ASSERT_EQ(stored.outcome, Outcome::kUnprovable) << stored.error;
+  server_->signal(SIGTERM);
+  EXPECT_EQ(server_->wait_exit(10s), std::optional<int>(0));
+}
+
 TEST_F(KvtierdFaultTest, F8_ServerThatNeverRepliesIsUnprovableAtTheDeadlineNotBefore) {
   start();
   SharedKvRegion region;
