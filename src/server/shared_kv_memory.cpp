@@ -94,7 +94,9 @@ Result<std::array<uid_t, 3>> process_uids(int proc_dir, const std::string& what)
 // the descriptor is then opened through: should the process end and its pid be reused
 // meanwhile, that directory stays the ended process's and the open fails. Only a memfd is
 // opened: opening another file can wait on whatever serves it (a FIFO, a device, a FUSE
-// filesystem that never answers) and stall the service thread; reading the link cannot.
+// filesystem that never answers) and stall the service thread; reading the link cannot. The
+// descriptor is pinned first (O_PATH opens nothing), and the pinned file is checked and then
+// opened: the client cannot swap another file in between (a dup2 onto its fd).
 Result<int> open_client_memory(const SharedKvMemory& memory, uid_t client_uid) {
   if (!memory.shm_name.empty()) {
     return make_error(ErrorCode::kFailedPrecondition,
@@ -119,24 +121,32 @@ Result<int> open_client_memory(const SharedKvMemory& memory, uid_t client_uid) {
     }
     const std::string fd = "fd/" + std::to_string(memory.fd);
     const std::string shown = dir + "/" + fd;
+    const auto cannot_open = [&](int error) {
+      return make_error(error == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+                        "cannot open the client's memory " + shown + ": " + std::strerror(error));
+    };
+    // O_NOFOLLOW does not apply: fd/<n> is a magic link by design.
+    const int pinned = openat(proc_dir, fd.c_str(), O_PATH | O_CLOEXEC);
+    if (pinned < 0) return cannot_open(errno);
+    const std::string pinned_path = "/proc/self/fd/" + std::to_string(pinned);
     std::array<char, 256> target{};
-    const ssize_t length = readlinkat(proc_dir, fd.c_str(), target.data(), target.size() - 1);
+    const ssize_t length = readlink(pinned_path.c_str(), target.data(), target.size() - 1);
     if (length < 0) {
-      return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
-                        "cannot open the client's memory " + shown + ": " + std::strerror(errno));
+      const int error = errno;
+      close(pinned);
+      return cannot_open(error);
     }
     const std::string_view file(target.data(), static_cast<size_t>(length));
     if (!file.starts_with("/memfd:")) {
+      close(pinned);
       return make_error(ErrorCode::kInvalidArgument,
                         "the client's memory " + shown + " is " + std::string(file) +
                             ", not a memfd: register a sealed memfd (docs/protocol.md)");
     }
-    // O_NOFOLLOW does not apply: fd/<n> is a magic link by design.
-    const int opened_fd = openat(proc_dir, fd.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (opened_fd < 0) {
-      return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
-                        "cannot open the client's memory " + shown + ": " + std::strerror(errno));
-    }
+    const int opened_fd = open(pinned_path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    const int error = errno;
+    close(pinned);
+    if (opened_fd < 0) return cannot_open(error);
     return opened_fd;
   }();
   close(proc_dir);
