@@ -163,7 +163,8 @@ void CacheService::run() {
       gone.swap(gone_inbox_);
       if (shutdown_requested_) draining_ = true;
     }
-    for (Envelope& e : batch) handle(e);
+    // Gone first: the socket loop reaps only a client silent for client_timeout_s, so any
+    // request of it in this batch came after (it came back), and finds its session gone.
     for (const std::string& client : gone) {
       {
         std::lock_guard state(state_mu_);
@@ -172,6 +173,7 @@ void CacheService::run() {
       }
       if (auto it = sessions_.find(client); it != sessions_.end()) it->second.gone = true;
     }
+    for (Envelope& e : batch) handle(e);
     poll_transfers();
     {
       std::lock_guard state(state_mu_);
