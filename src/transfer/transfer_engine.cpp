@@ -385,7 +385,7 @@ void TransferEngine::wait(std::span<const JobId> jobs) {
 bool TransferEngine::fence_compute(std::span<const JobId> jobs) {
   bool fenced = true;
   for (JobId job : jobs) {
-    const Transfer* t = find(job);
+    Transfer* t = find(job);
     if (!t || t->enqueued == 0) continue;
     if (!t->end_recorded) {
       fenced = false;
@@ -393,8 +393,15 @@ bool TransferEngine::fence_compute(std::span<const JobId> jobs) {
     }
     try {
       device_.wait_event(compute_stream_, t->end);
-    } catch (const DeviceFault&) {
+    } catch (const DeviceFault& fault) {
+      // F7: the forward pass may now run beside the copies into its blocks. Whatever they
+      // end as, what the pass read is unknown: the job is Unprovable and the engine stops.
       fenced = false;
+      t->faulted = true;
+      t->sticky = t->sticky || fault.sticky();
+      t->error += (t->error.empty() ? "" : "; ") + std::string("compute fence: ") + fault.what();
+      t->outcome = Outcome::kUnprovable;
+      fail_stop(t->direction, fault.sticky());
     }
   }
   return fenced;

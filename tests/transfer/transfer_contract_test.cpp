@@ -367,6 +367,21 @@ TEST(TransferContract, F7_EndMarkerThatCannotBeRecordedIsUnprovable) {
   expect_audit(rig);
 }
 
+// F7/F10: a load whose copies the compute stream cannot be fenced behind (the device refused
+// the wait) may be read by the forward pass while it runs: whatever its copies end as, it is
+// Unprovable and the engine fail-stops (it used to be reported Completed).
+TEST(TransferContract, F7_ALoadTheComputeStreamCannotBeFencedBehindIsUnprovable) {
+  TransferRig rig(RigOptions{.plan = rule({.call = 0, .wait_fails = true})});
+  rig.engine->submit(1, Direction::kLoad, one_chunk(rig, 0, 0));
+  const JobId job = 1;
+  EXPECT_FALSE(rig.engine->fence_compute(std::span(&job, 1)));
+  EXPECT_TRUE(rig.engine->fail_stopped());
+  auto results = rig.drain();
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].outcome, Outcome::kUnprovable) << results[0].error;
+  expect_audit(rig);
+}
+
 // F5 and F7: a submit failure that does not say how far the call got may have enqueued all of
 // it, so a job whose end marker then cannot be recorded is Unprovable, never merely Failed.
 TEST(TransferContract, F7_SubmitFaultWithoutAnIndexMayHaveEnqueuedTheWholeCall) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kvtier/core/counter_kind.h"
@@ -98,9 +99,7 @@ class FaultInjectingDevice final : public Device {
   double elapsed_ms(EventHandle start, EventHandle end) override {
     return inner_.elapsed_ms(start, end);
   }
-  void wait_event(StreamHandle stream, EventHandle event) override {
-    inner_.wait_event(stream, event);
-  }
+  void wait_event(StreamHandle stream, EventHandle event) override;
   void copy_batch(StreamHandle stream, CopyKind kind,
                   std::span<const CopyDescriptor> descriptors) override;
   void launch_host_func(StreamHandle stream, std::function<void()> fn) override {
@@ -114,6 +113,7 @@ class FaultInjectingDevice final : public Device {
   struct StreamFaults {
     std::shared_ptr<Latch> latch;
     bool record_fails = false;
+    bool wait_fails = false;  // on the event recorded next (FaultRule::wait_fails)
   };
 
   void raise_if_latched(EventHandle event);  // requires mu_ not held
@@ -127,6 +127,7 @@ class FaultInjectingDevice final : public Device {
   InjectedFaultCounts counts_;
   std::unordered_map<uint32_t, StreamFaults> stream_faults_;
   std::unordered_map<uint32_t, std::shared_ptr<Latch>> event_latches_;
+  std::unordered_set<uint32_t> failing_waits_;  // events whose first wait raises
   std::vector<std::shared_ptr<Gate>> hang_gates_;
   std::vector<StreamHandle> call_streams_;
   std::vector<StreamHandle> faulted_streams_;

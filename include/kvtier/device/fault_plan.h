@@ -33,6 +33,9 @@ struct FaultRule {
   uint32_t latched_errors = 0;
   // The next record() on this call's stream raises DeviceFault (end marker cannot be recorded).
   bool record_fails = false;
+  // The first wait_event() on the event recorded next on this call's stream (its end marker)
+  // raises DeviceFault: another stream's fence on this call's copies cannot be enqueued.
+  bool wait_fails = false;
   // Raise std::logic_error instead of enqueueing anything: not a device fault (F2).
   bool non_device_error = false;
   // The submit failure is sticky: it poisons the device context (CUDA illegal address).

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "gate.h"
 #include "kvtier/device/device_fault.h"
@@ -104,10 +105,12 @@ void FaultInjectingDevice::destroy_event(EventHandle event) {
   inner_.destroy_event(event);
   std::lock_guard lock(mu_);
   event_latches_.erase(event.id);
+  failing_waits_.erase(event.id);
 }
 
 void FaultInjectingDevice::record(EventHandle event, StreamHandle stream) {
   std::shared_ptr<Latch> latch;
+  bool wait_fails = false;
   {
     std::lock_guard lock(mu_);
     StreamFaults& f = stream_faults_[stream.id];
@@ -117,14 +120,26 @@ void FaultInjectingDevice::record(EventHandle event, StreamHandle stream) {
       throw DeviceFault("injected: event record failed");
     }
     latch = f.latch;
+    wait_fails = std::exchange(f.wait_fails, false);
   }
   inner_.record(event, stream);
   std::lock_guard lock(mu_);
+  if (wait_fails) failing_waits_.insert(event.id);
   if (latch) {
     event_latches_[event.id] = latch;
   } else {
     event_latches_.erase(event.id);
   }
+}
+
+void FaultInjectingDevice::wait_event(StreamHandle stream, EventHandle event) {
+  {
+    std::lock_guard lock(mu_);
+    if (failing_waits_.erase(event.id) > 0) {
+      throw DeviceFault("injected: a wait on an event could not be enqueued");
+    }
+  }
+  inner_.wait_event(stream, event);
 }
 
 void FaultInjectingDevice::raise_if_latched(EventHandle event) {
@@ -167,6 +182,7 @@ void FaultInjectingDevice::copy_batch(StreamHandle stream, CopyKind kind,
     if (rule.delay.count() > 0) ++counts_.delays;
     StreamFaults& f = stream_faults_[stream.id];
     if (rule.record_fails) f.record_fails = true;
+    if (rule.wait_fails) f.wait_fails = true;
     if (rule.latched_errors > 0) {
       f.latch = std::make_shared<Latch>(Latch{rule.latched_errors});
       ++counts_.latched_errors;
