@@ -290,7 +290,9 @@ void CacheService::finish(const std::string& client, Session& session, const Tra
       }
       state.unlock();
       ++counters_[store ? "stores_completed" : "retrieves_completed"];
-      (store ? tenant_of(client).stored_bytes : tenant_of(client).retrieved_bytes) += r.bytes;
+      // The session's tenant: its client may have been reaped meanwhile (no tenant bound).
+      (store ? counters_of(session.tenant).stored_bytes
+             : counters_of(session.tenant).retrieved_bytes) += r.bytes;
       ok(client, p.request_id,
          {{"chunks", p.keys.size()}, {"bytes", r.bytes}, {"already_present", p.already_present}});
       return;
@@ -313,7 +315,7 @@ void CacheService::finish(const std::string& client, Session& session, const Tra
       state.unlock();
       session.quarantined = true;
       ++counters_["transfers_unprovable"];
-      tenant_of(client).quarantined_slots += p.keys.size();
+      counters_of(session.tenant).quarantined_slots += p.keys.size();
       error(client, p.request_id, codes::kUnprovable, r.error);
       return;
   }
