@@ -303,20 +303,27 @@ TEST(RedisTier, ChunksRedisEvictsAreMissesNotErrors) {
   EXPECT_EQ(tier.state(), TierState::kUp);
 }
 
+// A TCP socket listening on a loopback port of its own, with `backlog`; its address in `addr`.
+int listen_on_loopback(int backlog, sockaddr_in& addr) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  addr = sockaddr_in{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  EXPECT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(::listen(listener, backlog), 0);
+  EXPECT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+  return listener;
+}
+
 // A stand-in for a server on a loopback port, for what no real redis-server sends on demand:
 // it reads each command whole, then sends a scripted reply ("{port}": its own) one byte per
 // send().
 class ScriptedServer {
  public:
   explicit ScriptedServer(std::vector<std::string> replies) : replies_(std::move(replies)) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof addr;
-    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    EXPECT_EQ(::listen(listener_, 1), 0);
-    EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+    listener_ = listen_on_loopback(1, addr);
     port_ = ntohs(addr.sin_port);
     thread_ = std::thread([this] { serve(); });
   }
@@ -485,14 +492,8 @@ TEST(RedisTier, H7_ASeedLoadingItsDataIsAskedForTheSlotMapAgain) {
 class BlackHole {
  public:
   BlackHole() {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof addr;
-    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    EXPECT_EQ(::listen(listener_, 0), 0);
-    EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+    listener_ = listen_on_loopback(0, addr);
     port_ = ntohs(addr.sin_port);
     for (int i = 0; i < 3; ++i) {  // fill the queue
       const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
