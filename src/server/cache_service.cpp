@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 
+#include "kvtier/core/keep_forever.h"
 #include "kvtier/core/log.h"
 #include "kvtier/tier/tier_factory.h"
 
@@ -115,7 +116,7 @@ void CacheService::stop() {
     if (!session.pending.empty()) session.quarantined = true;  // copies may still run
     destroy_session(session);
   }
-  for (auto& m : retained_memory_) static_cast<void>(m.release());  // F7: leaked on purpose
+  for (auto& m : retained_memory_) keep_forever(std::move(m));  // F7
 }
 
 void CacheService::start() {
@@ -360,7 +361,7 @@ void CacheService::destroy_session(Session& session) {
   if (session.quarantined) {
     // F7: copies may still touch the engine's streams and the client's memory. Keep both.
     copies_may_run_ = true;
-    static_cast<void>(session.engine.release());
+    keep_forever(std::move(session.engine));
     retained_memory_.push_back(std::move(session.memory));
     retained_memory_.back()->retain_forever();
     return;

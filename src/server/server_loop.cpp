@@ -20,6 +20,7 @@
 
 #include "cache_service.h"
 #include "endpoint_access.h"
+#include "kvtier/core/keep_forever.h"
 #include "kvtier/core/log.h"
 #include "kvtier/server/server.h"
 #include "lookup_frames.h"
@@ -101,9 +102,9 @@ class SocketLoop {
     const bool copies_may_run = service_->copies_may_run();
     service_.reset();
     if (copies_may_run) {
-      static_cast<void>(pool_.release());
-      static_cast<void>(fault_.release());
-      static_cast<void>(host_.release());
+      keep_forever(std::move(pool_));
+      keep_forever(std::move(fault_));
+      keep_forever(std::move(host_));
     }
   }
 

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "kvtier/core/keep_forever.h"
 #include "kvtier/device/device_fault.h"
 #include "resource_pools.h"
 
@@ -91,7 +92,7 @@ TransferEngine::~TransferEngine() {
   // Resources of transfers still in flight may be in use by the device: leave them (the pool
   // destructors destroy only pooled resources).
   for (auto& q : fifo_) {
-    for (Transfer& t : q) static_cast<void>(t.buffer.release());  // deliberately leaked
+    for (Transfer& t : q) keep_forever(std::move(t.buffer));
   }
 }
 
