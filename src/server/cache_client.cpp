@@ -128,7 +128,7 @@ void ClientImpl::enqueue_all(std::vector<Call> calls) {
       return;
     }
   }
-  if (health().fail_stopped) {
+  if (fail_stopped()) {
     // F7: an Unprovable transfer's server copies may still read or write the memory a new
     // transfer would name (a RETRIEVE into blocks a lost STORE still reads): none is sent.
     std::vector<Call> kept;
@@ -159,6 +159,11 @@ void ClientImpl::enqueue_all(std::vector<Call> calls) {
 ClientHealth ClientImpl::health() const {
   std::lock_guard lock(health_mu_);
   return health_;
+}
+
+bool ClientImpl::fail_stopped() const {
+  std::lock_guard lock(health_mu_);
+  return health_.fail_stopped;
 }
 
 bool ClientImpl::wait_until_ok(Duration timeout) const {
@@ -298,9 +303,8 @@ void ClientImpl::send_all(std::deque<Call>& calls) {
     std::string why;
   };
   std::vector<Unsent> failed;
-  const std::string no_connection = "not sent: no connection to " + options_.endpoint;
   // F7: a transfer queued before this client fail-stopped is not sent either.
-  const bool fail_stopped = health().fail_stopped;
+  const bool stopped = fail_stopped();
   frame_.clear();
   const auto flush = [&] {
     if (members.empty()) return;
@@ -313,7 +317,9 @@ void ClientImpl::send_all(std::deque<Call>& calls) {
       sent = false;  // a closed or broken socket: reported as not sent, below
     }
     if (!sent) {
-      for (const auto& [first, index] : members) failed.push_back({first, index, no_connection});
+      for (const auto& [first, index] : members) {
+        failed.push_back({first, index, "not sent: no connection to " + options_.endpoint});
+      }
     }
     members.clear();
     frame_.clear();
@@ -330,7 +336,7 @@ void ClientImpl::send_all(std::deque<Call>& calls) {
     sent.ended.assign(n, false);
     deadlines_.emplace(sent.call.deadline, first);
     for (size_t i = 0; i < n; ++i) {
-      if (fail_stopped && sent.call.moves_data) {
+      if (stopped && sent.call.moves_data) {
         failed.push_back({first, i, "skipped: this client fail-stopped (F7)"});
         continue;
       }
@@ -477,7 +483,7 @@ ClientHealth CacheClient::health() const {
   return impl_->health();
 }
 bool CacheClient::fail_stopped() const {
-  return impl_->health().fail_stopped;
+  return impl_->fail_stopped();
 }
 bool CacheClient::wait_until_ok(Duration timeout) const {
   return impl_->wait_until_ok(timeout);

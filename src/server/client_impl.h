@@ -54,6 +54,7 @@ class ClientImpl {
   // Several calls, queued together (one wake of the I/O thread); each ends as enqueue's would.
   void enqueue_all(std::vector<Call> calls);
   ClientHealth health() const;
+  bool fail_stopped() const;  // health().fail_stopped, without copying the rest
   bool wait_until_ok(Duration timeout) const;
 
   Call transfer_call(Request request, JobId job, Direction direction,
