@@ -243,36 +243,82 @@ class RawDisk {
 
 // ---- redis baseline: pipelined SET/GET straight to Redis over hiredis ----
 
+// hiredis builds each reply through these functions: a GET's value goes from hiredis's read
+// buffer straight to the destination the caller named (RawRedis::into), as a careful user of
+// hiredis would have it, not into a reply object to be copied again (whose best was about 6 %
+// lower here). The baseline never meets arrays; their elements would be the shared kElement.
+struct RawReply {
+  int type = 0;
+  size_t len = 0;
+};
+struct Into {
+  std::byte* at = nullptr;  // where the next string value goes (none: it is dropped)
+  size_t room = 0;
+  bool fitted = false;  // the last string value had the room
+};
+RawReply kElement;
+
+void* raw_reply(const redisReadTask* task, size_t len) {
+  if (task->parent != nullptr) return &kElement;
+  return new RawReply{.type = task->type, .len = len};
+}
+void* raw_string(const redisReadTask* task, char* str, size_t len) {
+  auto* into = static_cast<Into*>(task->privdata);
+  if (task->type == REDIS_REPLY_STRING && task->parent == nullptr && into->at != nullptr) {
+    into->fitted = len == into->room;
+    if (into->fitted) std::memcpy(into->at, str, len);
+  }
+  return raw_reply(task, len);
+}
+void* raw_array(const redisReadTask* task, int elements) {
+  return raw_reply(task, static_cast<size_t>(elements));
+}
+void* raw_integer(const redisReadTask* task, long long) {
+  return raw_reply(task, 0);
+}
+void* raw_nil(const redisReadTask* task) {
+  return raw_reply(task, 0);
+}
+void raw_free(void* reply) {
+  if (reply != &kElement) delete static_cast<RawReply*>(reply);
+}
+redisReplyObjectFunctions kRawReplies = {raw_string, raw_array, raw_integer, raw_nil, raw_free};
+
 struct RawRedis {
   redisContext* c = nullptr;
+  Into into;  // the reader's privdata
   RawRedis(const std::string& host, int port) {
     c = redisConnectWithTimeout(host.c_str(), port, timeval{5, 0});
     if (c == nullptr || c->err) throw std::runtime_error("baseline: cannot connect to Redis");
     redisSetTimeout(c, timeval{30, 0});
+    c->reader->fn = &kRawReplies;
+    c->reader->privdata = &into;
   }
   ~RawRedis() { redisFree(c); }
   RawRedis(const RawRedis&) = delete;
   RawRedis& operator=(const RawRedis&) = delete;
-  // Appends n commands (built by argv(i)), then reads n replies, handing each to take(i, reply)
-  // (where given); throws on an error reply.
-  template <class Argv, class Take = std::nullptr_t>
-  void pipeline(size_t n, Argv argv, int expect_type, Take take = nullptr) {
+  // Appends n commands (built by argv(i)), then reads n replies, each string value into
+  // into(i) (where given: a value of another size is an error); throws on an error reply.
+  template <class Argv, class IntoFn = std::nullptr_t>
+  void pipeline(size_t n, Argv argv, int expect_type, IntoFn into_fn = nullptr) {
     for (size_t i = 0; i < n; ++i) {
       auto [args, lengths] = argv(i);
       redisAppendCommandArgv(c, int(args.size()), args.data(), lengths.data());
     }
     for (size_t i = 0; i < n; ++i) {
-      void* reply = nullptr;
-      if (redisGetReply(c, &reply) != REDIS_OK)
-        throw std::runtime_error("baseline: Redis IO error");
-      const int type = static_cast<redisReply*>(reply)->type;
-      if (type == expect_type) {
-        if constexpr (!std::is_same_v<Take, std::nullptr_t>) {
-          take(i, *static_cast<redisReply*>(reply));
-        }
+      into = {};
+      if constexpr (!std::is_same_v<IntoFn, std::nullptr_t>) {
+        const std::span<std::byte> place = into_fn(i);
+        into = {.at = place.data(), .room = place.size()};
       }
-      freeReplyObject(reply);
+      void* reply = nullptr;
+      if (redisGetReply(c, &reply) != REDIS_OK) {
+        throw std::runtime_error("baseline: Redis IO error");
+      }
+      const int type = static_cast<RawReply*>(reply)->type;
+      raw_free(reply);
       if (type != expect_type) throw std::runtime_error("baseline: unexpected Redis reply");
+      if (into.at != nullptr && !into.fitted) throw std::runtime_error("baseline: a value's size");
     }
   }
 };
@@ -338,8 +384,9 @@ double raw_set(std::vector<std::unique_ptr<RawRedis>>& redis, RawShape shape,
 
 // Gets every value into its place in w.back, the tier's get destinations: a value left in
 // hiredis's reply is not yet where a caller needs it. (Left there, the baseline never writes the
-// destinations' memory, and on a machine whose caches hold the replies' few buffers but not the
-// destinations, its best ran up to 1.3x faster than with the copy: [The bench's memory].)
+// destinations' memory, and on a machine whose caches hold hiredis's few buffers but not the
+// destinations, its best ran up to 1.3x faster for that alone: docs/tiers.md, The bench's
+// memory.)
 double raw_get(std::vector<std::unique_ptr<RawRedis>>& redis, RawShape shape,
                const std::vector<std::string>& names, const Workload& w) {
   return raw_run(redis, shape, w.keys.size(), [&](RawRedis& r, size_t first, size_t n) {
@@ -349,11 +396,7 @@ double raw_get(std::vector<std::unique_ptr<RawRedis>>& redis, RawShape shape,
           const std::string& k = names[first + i];
           return Argv{{"GET", k.data()}, {3, k.size()}};
         },
-        REDIS_REPLY_STRING,
-        [&](size_t i, const redisReply& value) {
-          if (value.len != w.chunk_bytes) throw std::runtime_error("baseline: a value's size");
-          std::memcpy(w.back.data(first + i), value.str, w.chunk_bytes);
-        });
+        REDIS_REPLY_STRING, [&](size_t i) { return w.back.span(first + i); });
   });
 }
 
