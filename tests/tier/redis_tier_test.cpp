@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <thread>
 
 #include "kvtier/tier/chunk_record.h"
@@ -98,10 +99,14 @@ TEST_F(RedisTierTest, RoundTripsChunksOfAnySizeStraightIntoTheirBuffers) {
   ASSERT_EQ(*tier->get(ks, out, kRedisTimeout), all(ChunkStatus::kOk, sizes.size()));
   EXPECT_EQ(back, chunks);
   // A destination of another size than the record's: kCorrupt, never a partial copy served.
+  // The record (3 MiB) is read aside, and the next reply on the connection is read whole.
   std::vector<std::byte> wrong(4096);
-  const std::span<std::byte> wrong_span(wrong);
-  EXPECT_EQ(*tier->get(std::span(&ks[2], 1), std::span(&wrong_span, 1), kRedisTimeout),
-            all(ChunkStatus::kCorrupt, 1));
+  const std::vector<std::span<std::byte>> wrong_then_right = {std::span<std::byte>(wrong), out[5]};
+  const std::vector<ChunkKey> big_then_small = {ks[4], ks[5]};
+  std::ranges::fill(back[5], std::byte{0});
+  EXPECT_EQ(*tier->get(big_then_small, wrong_then_right, kRedisTimeout),
+            (std::vector<ChunkStatus>{ChunkStatus::kCorrupt, ChunkStatus::kOk}));
+  EXPECT_EQ(back[5], chunks[5]);
 }
 
 TEST_F(RedisTierTest, LargeChunksWhoseChecksumsAHelperComputesAheadGoOutWithTheirOwnHeaders) {
@@ -420,6 +425,42 @@ TEST(RedisTier, GarbledRepliesFailTheCallWithAClearError) {
 }
 
 // Two masters, half the slots each: a, the seed, serves the slot map and then its key's record;
+// The process's peak resident memory, in bytes.
+size_t peak_rss() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with("VmHWM:")) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// A server that names a value of hundreds of MiB costs the client no memory for it: a value of
+// another size than the record a GET reads is read aside in pieces, and any other reply over
+// 64 MiB fails the connection before it is read.
+TEST(RedisTier, AHugeValueTheServerNamesIsNeverHeldWhole) {
+  const size_t before = peak_rss();
+  {
+    ScriptedServer server({"-ERR This instance has cluster support disabled\r\n",
+                           "$400000000\r\nabc"});  // and then nothing
+    auto tier = open_tier(server.url(), kNamespace, /*pool_size=*/1);
+    std::vector<std::byte> back(4096);
+    const std::span<std::byte> dst(back);
+    const ChunkKey k = key(1);
+    EXPECT_FALSE(tier->get(std::span(&k, 1), std::span(&dst, 1), 300ms));
+  }
+  {
+    ScriptedServer server(
+        {"-ERR This instance has cluster support disabled\r\n", "$300000000\r\nabc"});
+    auto tier = open_tier(server.url(), kNamespace, /*pool_size=*/1);
+    const ChunkKey k = key(1);
+    Result<std::vector<bool>> held = tier->contains(std::span(&k, 1), kRedisTimeout);
+    ASSERT_FALSE(held);
+    EXPECT_NE(held.error().message.find("over 64 MiB"), std::string::npos) << held.error().message;
+  }
+  EXPECT_LT(peak_rss(), before + (size_t{64} << 20));
+}
+
 // b, at `b_port`, is whatever the test puts there. A GET of a key of each must give a's chunk
 // and skip b's, with the tier DEGRADED and b alone down; its error names `b_error`.
 void expect_only_the_second_master_down(int b_port, const std::string& b_error) {

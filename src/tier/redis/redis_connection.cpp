@@ -18,6 +18,7 @@ namespace {
 
 constexpr size_t kInputBytes = size_t{64} << 10;     // the input buffer, to begin with
 constexpr size_t kMaxInputBytes = size_t{64} << 20;  // a reply parsed from it, at most
+constexpr size_t kDiscardBytes = size_t{64} << 10;   // a value read aside, per piece
 
 bool late(TimePoint deadline) {
   return SteadyClock::instance().now() >= deadline;
@@ -278,6 +279,16 @@ void RedisConnection::deliver(RedisReply reply) {
   replies_.push_back(std::move(reply));
 }
 
+void RedisConnection::next_stream_place() {
+  if (discard_left_ > 0) {  // the next piece of a value read aside, into the same scratch
+    const size_t piece = std::min(discard_left_, kDiscardBytes);
+    stream_[stream_next_] = {discard_.get(), piece};
+    discard_left_ -= piece;
+    return;
+  }
+  ++stream_next_;
+}
+
 bool RedisConnection::parse_buffered() {
   while (replies_pending_ > 0) {
     if (streaming_) {
@@ -287,7 +298,7 @@ bool RedisConnection::parse_buffered() {
         std::memcpy(v.iov_base, in_.data() + in_begin_, n);
         advance(v, n);
         in_begin_ += n;
-        if (v.iov_len == 0) ++stream_next_;
+        if (v.iov_len == 0) next_stream_place();
       }
       if (stream_next_ < stream_count_) return true;  // the rest comes from the socket
       streaming_ = false;
@@ -319,10 +330,20 @@ bool RedisConnection::parse_buffered() {
       const std::span<std::byte> body = c ? c->body : std::span<std::byte>();
       streamed_ = RedisReply{.type = RedisReply::Type::kString};
       stream_next_ = stream_count_ = 0;
-      if ((!head.empty() || !body.empty()) && n == head.size() + body.size()) {
+      const bool into_buffers = !head.empty() || !body.empty();
+      if (into_buffers && n == head.size() + body.size()) {
         streamed_.in_buffers = true;
         if (!head.empty()) stream_[stream_count_++] = {head.data(), head.size()};
         if (!body.empty()) stream_[stream_count_++] = {body.data(), body.size()};
+      } else if (into_buffers && n > 0) {
+        // Not the record the command reads (kCorrupt to its caller): read aside piece by piece,
+        // never held whole, whatever size the server names.
+        if (!discard_) discard_ = std::make_unique<std::byte[]>(kDiscardBytes);
+        const size_t piece = std::min(n, kDiscardBytes);
+        stream_[stream_count_++] = {discard_.get(), piece};
+        discard_left_ = n - piece;
+      } else if (n > kMaxInputBytes) {
+        return fail(ErrorCode::kUnavailable, "protocol error: a reply over 64 MiB");
       } else if (n > 0) {
         streamed_.text.resize(n);
         stream_[stream_count_++] = {streamed_.text.data(), n};
@@ -366,10 +387,14 @@ bool RedisConnection::read_some() {
     // rest of a chunk and the start of the next reply.
     iovec places[5];
     int count = 0;
-    if (streaming_) {
-      for (size_t k = stream_next_; k < stream_count_; ++k) places[count++] = stream_[k];
+    if (streaming_ && discard_left_ > 0) {
+      places[count++] = stream_[stream_next_];  // what follows is more of the discarded value
+    } else {
+      if (streaming_) {
+        for (size_t k = stream_next_; k < stream_count_; ++k) places[count++] = stream_[k];
+      }
+      places[count++] = {in_.data() + in_end_, in_.size() - in_end_};
     }
-    places[count++] = {in_.data() + in_end_, in_.size() - in_end_};
     const ssize_t got = ::readv(fd_, places, count);
     if (got < 0) {
       if (errno == EINTR) continue;
@@ -383,7 +408,7 @@ bool RedisConnection::read_some() {
       const size_t n = std::min(left, v.iov_len);
       advance(v, n);
       left -= n;
-      if (v.iov_len == 0) ++stream_next_;
+      if (v.iov_len == 0) next_stream_place();
     }
     in_end_ += left;
   }

@@ -91,6 +91,9 @@ class RedisConnection {
   // Parses what the input buffer holds; false when broken.
   bool parse_buffered();
   void deliver(RedisReply reply);
+  // The streamed bulk string's current place is full: the next one, or the scratch buffer
+  // again while a value read aside has bytes left (discard_left_).
+  void next_stream_place();
   bool fail(ErrorCode code, std::string what);
 
   struct Expected {
@@ -122,12 +125,16 @@ class RedisConnection {
   std::vector<RedisReply> replies_;
   std::vector<char> in_;  // [in_begin_, in_end_) received, not parsed yet
   size_t in_begin_ = 0, in_end_ = 0;
-  // A top-level bulk string being streamed: up to three places, then its "\r\n".
+  // A top-level bulk string being streamed: up to three places, then its "\r\n". A value of
+  // another size than the record its command reads is read aside: its first place is a
+  // scratch buffer, filled again while discard_left_ bytes of it remain.
   bool streaming_ = false;
   RedisReply streamed_;
   iovec stream_[4] = {};
   size_t stream_next_ = 0, stream_count_ = 0;
   char stream_crlf_[2] = {};
+  size_t discard_left_ = 0;
+  std::unique_ptr<std::byte[]> discard_;
 };
 
 // Runs the commands queued on each connection (see the top of this file). Returns when every
