@@ -14,6 +14,21 @@
 namespace kvtier::server {
 namespace {
 
+// Makes a ZeroMQ call on the I/O thread again when a signal handled on that thread (the host
+// process's, e.g. Python's) interrupted it: EINTR, which libzmq returns from a send or receive
+// even with dontwait (it first checks its command mailbox) as well as from a poll. Any other
+// error is the caller's.
+template <class Call>
+auto again_on_eintr(Call call) {
+  for (;;) {
+    try {
+      return call();
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
+
 std::string random_routing_id() {
   std::random_device rd;
   std::string id = "kvc-";
@@ -251,14 +266,11 @@ void ClientImpl::run() {
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now);
     zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
-    try {
-      zmq::poll(items, 2,
-                std::max(std::chrono::milliseconds(0), wait + std::chrono::milliseconds(1)));
-    } catch (const zmq::error_t& e) {
-      // A signal handled on this thread (the host process's, e.g. Python's) interrupts the
-      // poll: poll again. Anything else is a broken socket, which no retry mends.
-      if (e.num() != EINTR) throw;
-    }
+    // Anything but EINTR is a broken socket, which no retry mends.
+    again_on_eintr([&] {
+      return zmq::poll(items, 2,
+                       std::max(std::chrono::milliseconds(0), wait + std::chrono::milliseconds(1)));
+    });
     uint64_t count;
     while (read(wake_fd_, &count, sizeof count) > 0) {
     }
@@ -312,7 +324,9 @@ void ClientImpl::send_all(std::deque<Call>& calls) {
     try {
       const std::string_view frame =
           members.size() > 1 ? frame_.batch(members.size()) : frame_.body();
-      sent = dealer_->send(zmq::buffer(frame), zmq::send_flags::dontwait).has_value();
+      sent = again_on_eintr([&] {
+               return dealer_->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+             }).has_value();
     } catch (const zmq::error_t&) {
       sent = false;  // a closed or broken socket: reported as not sent, below
     }
@@ -423,7 +437,7 @@ void ClientImpl::end_lookup(const LookupReplyItem& reply) {
 void ClientImpl::receive_all() {
   for (;;) {
     zmq::message_t msg;
-    if (!dealer_->recv(msg, zmq::recv_flags::dontwait)) return;
+    if (!again_on_eintr([&] { return dealer_->recv(msg, zmq::recv_flags::dontwait); })) return;
     const std::span<const std::byte> frame = as_bytes(msg.to_string_view());
     if (read_lookup_replies(frame, lookup_replies_)) {
       for (const LookupReplyItem& reply : lookup_replies_) end_lookup(reply);
