@@ -104,7 +104,7 @@ TEST_F(RedisTierTest, RoundTripsChunksOfAnySizeStraightIntoTheirBuffers) {
   const std::vector<std::span<std::byte>> wrong_then_right = {std::span<std::byte>(wrong), out[5]};
   const std::vector<ChunkKey> big_then_small = {ks[4], ks[5]};
   std::ranges::fill(back[5], std::byte{0});
-  EXPECT_EQ(*tier->get(big_then_small, wrong_then_right, kRedisTimeout),
+  EXPECT_EQ(tier->get(big_then_small, wrong_then_right, kRedisTimeout).value(),
             (std::vector<ChunkStatus>{ChunkStatus::kCorrupt, ChunkStatus::kOk}));
   EXPECT_EQ(back[5], chunks[5]);
 }
@@ -424,7 +424,6 @@ TEST(RedisTier, GarbledRepliesFailTheCallWithAClearError) {
   }
 }
 
-// Two masters, half the slots each: a, the seed, serves the slot map and then its key's record;
 // The process's peak resident memory, in bytes.
 size_t peak_rss() {
   std::ifstream status("/proc/self/status");
@@ -461,6 +460,7 @@ TEST(RedisTier, AHugeValueTheServerNamesIsNeverHeldWhole) {
   EXPECT_LT(peak_rss(), before + (size_t{64} << 20));
 }
 
+// Two masters, half the slots each: a, the seed, serves the slot map and then its key's record;
 // b, at `b_port`, is whatever the test puts there. A GET of a key of each must give a's chunk
 // and skip b's, with the tier DEGRADED and b alone down; its error names `b_error`.
 void expect_only_the_second_master_down(int b_port, const std::string& b_error) {
